@@ -1,0 +1,1 @@
+"""Parts shared by the algorithms: V-trace, behaviour-policy storage, segments, buffers and collectors."""

@@ -1,0 +1,134 @@
+"""Learner-side storage: segments as tensors, and IMPACT's circular buffer."""
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch as th
+from stable_baselines3.common.type_aliases import TensorDict
+from stable_baselines3.common.utils import obs_as_tensor
+
+from sb3_impact.common.segments import Observation, Segment
+
+
+def _merge_time_and_envs(tensor: th.Tensor) -> th.Tensor:
+    return tensor.reshape(tensor.shape[0] * tensor.shape[1], *tensor.shape[2:])
+
+
+def observations_to_tensor(observations: Observation, device: th.device, merge_time: bool) -> th.Tensor | TensorDict:
+    """Numpy observations (arrays or dicts) to tensors, with ``[T, B, ...]`` merged into ``[T * B, ...]`` if asked."""
+    tensor = obs_as_tensor(observations, device)
+    if not merge_time:
+        return tensor
+    if isinstance(tensor, dict):
+        return {key: _merge_time_and_envs(value) for key, value in tensor.items()}
+    return _merge_time_and_envs(tensor)
+
+
+def concat_observations(first: Observation, second: Observation | None) -> Observation:
+    """Concatenate two batches of observations along the batch axis (``second`` may be absent)."""
+    if second is None:
+        return first
+    if isinstance(first, dict):
+        return {key: np.concatenate([first[key], second[key]]) for key in first}
+    return np.concatenate([first, second])
+
+
+@dataclass
+class TrainingBatch:
+    """
+    One segment on the learner's device, ready for loss computation.
+
+    Per-step tensors are time-major ``[T, B]``; ``observations``, ``actions`` and ``behaviour_params`` are
+    flattened to ``[T * B, ...]`` in time-major order. ``bootstrap_observations`` holds the ``B`` observations
+    after the segment followed by the final observations of truncated episodes
+    (at the ``(t, env)`` positions in ``final_observation_indices``).
+    """
+
+    observations: th.Tensor | TensorDict
+    actions: th.Tensor
+    rewards: th.Tensor
+    terminations: th.Tensor
+    truncations: th.Tensor
+    behaviour_log_probs: th.Tensor
+    behaviour_params: th.Tensor
+    bootstrap_observations: th.Tensor | TensorDict
+    final_observation_indices: th.Tensor
+    policy_version: int
+    n_steps: int
+    n_envs: int
+    target_log_probs: th.Tensor | None = None
+    target_params: th.Tensor | None = None
+    uses: int = 0
+
+    @property
+    def size(self) -> int:
+        return self.n_steps * self.n_envs
+
+    @classmethod
+    def from_segment(cls, segment: Segment, device: th.device) -> "TrainingBatch":
+        def to_tensor(array: np.ndarray) -> th.Tensor:
+            return th.as_tensor(array, device=device)
+
+        bootstrap = concat_observations(segment.next_observations, segment.final_observations)
+        return cls(
+            observations=observations_to_tensor(segment.observations, device, merge_time=True),
+            actions=_merge_time_and_envs(to_tensor(segment.actions)),
+            rewards=to_tensor(segment.rewards),
+            terminations=to_tensor(segment.terminations),
+            truncations=to_tensor(segment.truncations),
+            behaviour_log_probs=to_tensor(segment.behaviour_log_probs),
+            behaviour_params=_merge_time_and_envs(to_tensor(segment.behaviour_params)),
+            bootstrap_observations=observations_to_tensor(bootstrap, device, merge_time=False),
+            final_observation_indices=to_tensor(segment.final_observation_indices),
+            policy_version=segment.policy_version,
+            n_steps=segment.n_steps,
+            n_envs=segment.n_envs,
+        )
+
+
+class CircularBuffer:
+    """
+    IMPACT's circular buffer C(N, K) (Algorithm 1; section 3.2): ``size`` slots, each batch used at most
+    ``max_reuse`` times and then replaced by the next worker batch.
+
+    The learner walks the slots in turn; when the slot under the cursor is empty it needs a new batch
+    (:meth:`needs_batch`), which the learner waits for. Each batch is therefore reused exactly ``max_reuse``
+    times, interleaved with the other ``size - 1`` batches, as PPO interleaves minibatches over epochs.
+    """
+
+    def __init__(self, size: int, max_reuse: int) -> None:
+        if size < 1:
+            raise ValueError(f"circular_buffer_size must be >= 1, got {size}")
+        if max_reuse < 1:
+            raise ValueError(f"max_batch_reuse must be >= 1, got {max_reuse}")
+        self.size = size
+        self.max_reuse = max_reuse
+        self._slots: list[TrainingBatch | None] = [None] * size
+        self._cursor = 0
+        self.released_batches = 0
+        self.released_uses = 0
+
+    def needs_batch(self) -> bool:
+        return self._slots[self._cursor] is None
+
+    def put(self, batch: TrainingBatch) -> None:
+        if not self.needs_batch():
+            raise RuntimeError("the slot under the cursor still holds a batch")
+        batch.uses = 0
+        self._slots[self._cursor] = batch
+
+    def next_batch(self) -> TrainingBatch:
+        """The batch to train on now; its ``uses`` counts this use. Advances the cursor."""
+        batch = self._slots[self._cursor]
+        if batch is None:
+            raise RuntimeError("next_batch() on an empty slot: put() a batch first")
+        batch.uses += 1
+        if batch.uses >= self.max_reuse:
+            self._slots[self._cursor] = None
+            self.released_batches += 1
+            self.released_uses += batch.uses
+        self._cursor = (self._cursor + 1) % self.size
+        return batch
+
+    def __len__(self) -> int:
+        return sum(slot is not None for slot in self._slots)

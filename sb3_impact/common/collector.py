@@ -1,0 +1,188 @@
+"""
+Collectors feed :class:`~sb3_impact.common.segments.Segment` objects to a learner.
+
+The learner only talks to the small :class:`Collector` interface, so a collector that runs its
+environments elsewhere (a Ray-based one, say) plugs in beside the two here:
+
+- :class:`SyncCollector` collects a segment when asked, in the learner's thread (reproducible with a seed);
+- :class:`ThreadCollector` collects continuously in a background thread with a stale copy of the policy,
+  and hands segments over through a bounded queue (the thread blocks when the learner falls behind).
+"""
+
+import queue
+import threading
+import time
+import warnings
+from abc import ABC, abstractmethod
+
+import torch as th
+
+from sb3_impact.common.segments import CollectionInterrupted, Segment, SegmentSampler
+
+
+class CollectorError(RuntimeError):
+    """The collector (or an environment it steps) failed; the original exception is the ``__cause__``."""
+
+
+class Collector(ABC):
+    """
+    What a learner needs from a source of segments.
+
+    Counters: ``sampled_steps`` (environment steps taken), ``delivered_steps`` (handed to the learner).
+    """
+
+    def __init__(self, sampler: SegmentSampler) -> None:
+        self.sampler = sampler
+        self.delivered_steps = 0
+        self.broadcast_seconds = 0.0
+
+    @property
+    def sampled_steps(self) -> int:
+        return self.sampler.sampled_steps
+
+    @property
+    def last_observation(self):
+        return self.sampler.last_observation
+
+    @abstractmethod
+    def start(self) -> None:
+        """Start collecting (threads, processes)."""
+
+    @abstractmethod
+    def get_segment(self) -> Segment:
+        """Block until the next segment is ready; raise :class:`CollectorError` if collection failed."""
+
+    @abstractmethod
+    def broadcast(self, state_dict: dict[str, th.Tensor], version: int) -> None:
+        """Make new policy weights available to the sampling policy."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Stop collecting and release threads; safe to call more than once and after a failure."""
+
+    @staticmethod
+    def cpu_state_dict(state_dict: dict[str, th.Tensor]) -> dict[str, th.Tensor]:
+        """A detached CPU copy of learner weights, safe to hand to another thread."""
+        return {name: tensor.detach().to("cpu", copy=True) for name, tensor in state_dict.items()}
+
+
+class SyncCollector(Collector):
+    """Collects in the calling thread: collect, then train, as PPO does."""
+
+    def start(self) -> None:
+        pass
+
+    def get_segment(self) -> Segment:
+        segment = self.sampler.collect()
+        self.delivered_steps += segment.size
+        return segment
+
+    def broadcast(self, state_dict: dict[str, th.Tensor], version: int) -> None:
+        start = time.perf_counter()
+        self.sampler.load_weights(state_dict, version)
+        self.broadcast_seconds += time.perf_counter() - start
+
+    def close(self) -> None:
+        pass
+
+
+class ThreadCollector(Collector):
+    """
+    Collects segments in a background thread that owns the VecEnv and a CPU copy of the policy.
+
+    The learner publishes weights with :meth:`broadcast`; the thread loads the newest ones before each
+    segment, and every segment carries the version it was collected with. At most ``queue_size``
+    finished segments wait for the learner; beyond that the thread blocks (backpressure).
+    While collecting, PyTorch's intra-op threads are limited to one (restored by :meth:`close`).
+    """
+
+    join_timeout = 30.0
+
+    def __init__(self, sampler: SegmentSampler, queue_size: int = 2) -> None:
+        super().__init__(sampler)
+        if queue_size < 1:
+            raise ValueError(f"queue_size must be >= 1, got {queue_size}")
+        self._queue: queue.Queue[Segment] = queue.Queue(maxsize=queue_size)
+        self._stop = threading.Event()
+        self._weights_lock = threading.Lock()
+        self._pending_weights: tuple[dict[str, th.Tensor], int] | None = None
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self._torch_threads: int | None = None
+        self.queued_steps_dropped = 0
+
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError("ThreadCollector.start() called twice")
+        self._torch_threads = th.get_num_threads()
+        th.set_num_threads(1)
+        self._thread = threading.Thread(target=self._run, name="sb3-impact-collector", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                with self._weights_lock:
+                    pending, self._pending_weights = self._pending_weights, None
+                if pending is not None:
+                    self.sampler.load_weights(*pending)
+                segment = self.sampler.collect(self._stop)
+                while not self._stop.is_set():
+                    try:
+                        self._queue.put(segment, timeout=0.05)
+                        break
+                    except queue.Full:
+                        continue
+        except CollectionInterrupted:
+            pass
+        except BaseException as error:  # handed to the learner thread, which re-raises it
+            self._error = error
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise CollectorError(f"the collector thread failed: {self._error!r}") from self._error
+        if self._thread is None or not self._thread.is_alive():
+            raise CollectorError("the collector thread is not running")
+
+    def get_segment(self) -> Segment:
+        while True:
+            try:
+                segment = self._queue.get(timeout=0.05)
+            except queue.Empty:
+                self._raise_if_failed()
+                continue
+            self.delivered_steps += segment.size
+            return segment
+
+    def broadcast(self, state_dict: dict[str, th.Tensor], version: int) -> None:
+        start = time.perf_counter()
+        weights = self.cpu_state_dict(state_dict)
+        with self._weights_lock:
+            self._pending_weights = (weights, version)
+        self.broadcast_seconds += time.perf_counter() - start
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                self.queued_steps_dropped += self._queue.get_nowait().size
+            except queue.Empty:
+                return
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            deadline = time.monotonic() + self.join_timeout
+            while self._thread.is_alive() and time.monotonic() < deadline:
+                self._drain()  # unblock a thread waiting on a full queue
+                self._thread.join(timeout=0.05)
+            if self._thread.is_alive():
+                warnings.warn(
+                    f"the collector thread did not stop within {self.join_timeout:.0f}s "
+                    "(an environment step is hanging); it is a daemon thread and will not block exit",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+        self._drain()
+        if self._torch_threads is not None:
+            th.set_num_threads(self._torch_threads)
+            self._torch_threads = None

@@ -1,0 +1,87 @@
+"""
+Behaviour-policy storage: a flat parameter vector per step from which the behaviour distribution mu
+can be rebuilt later, to compute ``pi / mu`` ratios and ``KL(mu || pi)`` against any newer policy.
+
+Layout of the parameter vector, per action space:
+
+- ``Discrete(n)``: the ``n`` logits;
+- ``MultiDiscrete([n_1, .., n_k])``: the logits of each sub-space, concatenated;
+- ``MultiBinary(k)``: the ``k`` Bernoulli logits;
+- ``Box`` (shape ``[d]``): the Gaussian mean (``d``) followed by the log standard deviation (``d``).
+"""
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.distributions import (
+    BernoulliDistribution,
+    CategoricalDistribution,
+    DiagGaussianDistribution,
+    Distribution,
+    MultiCategoricalDistribution,
+    kl_divergence,
+)
+
+SUPPORTED_ACTION_SPACES = (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary, spaces.Box)
+
+
+def check_action_space(action_space: spaces.Space) -> None:
+    """Raise ``ValueError`` unless the action space can be stored and rebuilt by this module."""
+    if not isinstance(action_space, SUPPORTED_ACTION_SPACES):
+        names = ", ".join(space.__name__ for space in SUPPORTED_ACTION_SPACES)
+        raise ValueError(f"Unsupported action space {action_space}: supported are {names}")
+    if isinstance(action_space, spaces.Box) and len(action_space.shape) != 1:
+        raise ValueError(f"Unsupported action space {action_space}: Box action spaces must be one-dimensional")
+    if isinstance(action_space, spaces.MultiBinary) and not isinstance(action_space.n, (int, np.integer)):
+        raise ValueError(f"Unsupported action space {action_space}: MultiBinary must have an integer n")
+
+
+def behaviour_params_dim(action_space: spaces.Space) -> int:
+    """Length of the per-step parameter vector for ``action_space``."""
+    check_action_space(action_space)
+    if isinstance(action_space, spaces.Discrete):
+        return int(action_space.n)
+    if isinstance(action_space, spaces.MultiDiscrete):
+        return int(np.sum(action_space.nvec))
+    if isinstance(action_space, spaces.MultiBinary):
+        return int(action_space.n)
+    return 2 * int(action_space.shape[0])
+
+
+def behaviour_params(distribution: Distribution) -> th.Tensor:
+    """Flatten the parameters of an SB3 action distribution into ``[batch, behaviour_params_dim]``."""
+    if isinstance(distribution, CategoricalDistribution):
+        return distribution.distribution.logits
+    if isinstance(distribution, MultiCategoricalDistribution):
+        return th.cat([sub.logits for sub in distribution.distribution], dim=1)
+    if isinstance(distribution, BernoulliDistribution):
+        return distribution.distribution.logits
+    if isinstance(distribution, DiagGaussianDistribution):
+        normal = distribution.distribution
+        return th.cat([normal.mean, th.log(normal.stddev)], dim=1)
+    raise ValueError(
+        f"Cannot store behaviour parameters of {type(distribution).__name__}: "
+        "state-dependent exploration (use_sde) and squashed Gaussians are not supported"
+    )
+
+
+def distribution_from_params(action_space: spaces.Space, params: th.Tensor) -> Distribution:
+    """Rebuild the SB3 distribution whose parameters :func:`behaviour_params` stored."""
+    check_action_space(action_space)
+    if isinstance(action_space, spaces.Discrete):
+        return CategoricalDistribution(int(action_space.n)).proba_distribution(action_logits=params)
+    if isinstance(action_space, spaces.MultiDiscrete):
+        return MultiCategoricalDistribution(list(action_space.nvec)).proba_distribution(action_logits=params)
+    if isinstance(action_space, spaces.MultiBinary):
+        return BernoulliDistribution(int(action_space.n)).proba_distribution(action_logits=params)
+    action_dim = int(action_space.shape[0])
+    mean, log_std = params[:, :action_dim], params[:, action_dim:]
+    return DiagGaussianDistribution(action_dim).proba_distribution(mean, log_std)
+
+
+def kl_from_params(action_space: spaces.Space, params: th.Tensor, distribution: Distribution) -> th.Tensor:
+    """``KL(mu || pi)`` per sample, ``mu`` given by stored parameters and ``pi`` by an SB3 distribution."""
+    kl = kl_divergence(distribution_from_params(action_space, params), distribution)
+    if kl.dim() > 1:  # independent Bernoulli dimensions are not summed by SB3
+        kl = kl.sum(dim=1)
+    return kl

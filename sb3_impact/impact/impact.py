@@ -1,0 +1,258 @@
+"""IMPACT: importance-weighted asynchronous PPO with a clipped target network (Luo et al., ICLR 2020)."""
+
+import math
+from typing import Any, ClassVar, TypeVar
+
+import torch as th
+from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
+from stable_baselines3.common.utils import FloatSchedule
+from torch.nn import functional as F
+
+from sb3_impact.common.async_algorithm import AsyncOnPolicyAlgorithm
+from sb3_impact.common.buffers import TrainingBatch
+from sb3_impact.common.distributions import behaviour_params, kl_from_params
+from sb3_impact.impact.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
+
+SelfIMPACT = TypeVar("SelfIMPACT", bound="IMPACT")
+
+# exp() of a log-ratio beyond this is clamped: the PPO clip already zeroes the gradient of such samples
+# on the clipped side, and the clamp keeps the unclipped side finite.
+MAX_LOG_RATIO = 20.0
+
+
+class IMPACT(AsyncOnPolicyAlgorithm):
+    """
+    IMPACT (Importance Weighted Asynchronous Architectures with Clipped Target Networks).
+
+    Paper: https://arxiv.org/abs/1912.00167 (Algorithm 1). An asynchronous collector steps the
+    environments with a slightly stale copy of the policy; the learner keeps a circular buffer of
+    ``circular_buffer_size`` (N) batches, each used ``max_batch_reuse`` (K) times, and optimises the
+    PPO-clipped surrogate with the target-worker clipped ratio
+    ``pi_theta / max(pi_target, pi_worker / target_worker_clip)`` (section 3.1) and V-trace GAE-lambda
+    advantages computed with the target policy (section 3). The target network is refreshed every
+    ``target_update_interval`` gradient steps (default N * K).
+
+    :param policy: The policy model to use (MlpPolicy, CnnPolicy, MultiInputPolicy, or an ActorCriticPolicy subclass)
+    :param env: The environment to learn from (if registered in Gym, can be str)
+    :param learning_rate: The learning rate, a constant or a schedule of the remaining progress (1 to 0)
+    :param n_steps: Vector steps per collected segment; one batch is ``n_steps * n_envs`` samples
+    :param circular_buffer_size: N, the number of batches the learner cycles through
+    :param max_batch_reuse: K, how many gradient steps each batch is used for before it is replaced
+    :param target_worker_clip: rho >= 1 of the target-worker clipping (beta = 1 / rho in the paper)
+    :param clip_range: PPO clipping parameter epsilon, applied on top of the IMPACT ratio (appendix E)
+    :param target_update_interval: gradient steps between target-network updates (None: N * K)
+    :param broadcast_interval: gradient steps between weight broadcasts to the collector
+    :param gamma: Discount factor
+    :param gae_lambda: lambda of the V-trace GAE-lambda advantages
+    :param vtrace_clip_rho_threshold: rho_bar of V-trace
+    :param vtrace_clip_c_threshold: c_bar of V-trace
+    :param vtrace_clip_pg_rho_threshold: clip of the ratio weighting the V-trace policy-gradient advantage
+    :param normalize_advantage: Whether to normalize the advantages of each batch
+    :param ent_coef: Entropy coefficient
+    :param vf_coef: Value function coefficient
+    :param kl_coef: Initial coefficient eta of the KL(pi_target || pi) penalty (0 disables it)
+    :param kl_target: KL target of the adaptive penalty (None: eta stays constant)
+    :param max_grad_norm: The maximum value for the gradient clipping
+    :param async_collection: Collect in a background thread while learning (False: collect, then train;
+        reproducible with a seed)
+    :param collector_queue_size: Finished segments that may wait for the learner before collection blocks
+    :param stats_window_size: Window size for the rollout logging (episodes)
+    :param tensorboard_log: the log location for tensorboard (if None, no logging)
+    :param policy_kwargs: additional arguments to be passed to the policy on creation
+    :param verbose: Verbosity level: 0 for no output, 1 for info messages, 2 for debug messages
+    :param seed: Seed for the pseudo random generators
+    :param device: Device (cpu, cuda, ...) of the learner; the collector's policy copy always runs on CPU
+    :param _init_setup_model: Whether or not to build the network at the creation of the instance
+    """
+
+    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
+        "MlpPolicy": MlpPolicy,
+        "CnnPolicy": CnnPolicy,
+        "MultiInputPolicy": MultiInputPolicy,
+    }
+
+    def __init__(
+        self,
+        policy: str | type[ActorCriticPolicy],
+        env: GymEnv | str,
+        learning_rate: float | Schedule = 5e-4,
+        n_steps: int = 256,
+        circular_buffer_size: int = 4,
+        max_batch_reuse: int = 8,
+        target_worker_clip: float = 2.0,
+        clip_range: float | Schedule = 0.2,
+        target_update_interval: int | None = None,
+        broadcast_interval: int = 1,
+        gamma: float = 0.99,
+        gae_lambda: float = 0.95,
+        vtrace_clip_rho_threshold: float = 1.0,
+        vtrace_clip_c_threshold: float = 1.0,
+        vtrace_clip_pg_rho_threshold: float = 1.0,
+        normalize_advantage: bool = True,
+        ent_coef: float = 0.0,
+        vf_coef: float = 0.5,
+        kl_coef: float = 0.0,
+        kl_target: float | None = 0.01,
+        max_grad_norm: float = 0.5,
+        async_collection: bool = True,
+        collector_queue_size: int = 2,
+        stats_window_size: int = 100,
+        tensorboard_log: str | None = None,
+        policy_kwargs: dict[str, Any] | None = None,
+        verbose: int = 0,
+        seed: int | None = None,
+        device: th.device | str = "auto",
+        _init_setup_model: bool = True,
+    ) -> None:
+        if not (target_worker_clip >= 1 and math.isfinite(target_worker_clip)):
+            raise ValueError(f"target_worker_clip must be a finite number >= 1, got {target_worker_clip}")
+        if isinstance(clip_range, (float, int)) and clip_range <= 0:
+            raise ValueError(f"clip_range must be > 0, got {clip_range}")
+        if target_update_interval is not None and target_update_interval < 1:
+            raise ValueError(f"target_update_interval must be >= 1 or None, got {target_update_interval}")
+        if kl_coef < 0:
+            raise ValueError(f"kl_coef must be >= 0, got {kl_coef}")
+        if kl_target is not None and kl_target <= 0:
+            raise ValueError(f"kl_target must be > 0 or None, got {kl_target}")
+        super().__init__(
+            policy,
+            env,
+            learning_rate=learning_rate,
+            n_steps=n_steps,
+            gamma=gamma,
+            gae_lambda=gae_lambda,
+            ent_coef=ent_coef,
+            vf_coef=vf_coef,
+            max_grad_norm=max_grad_norm,
+            circular_buffer_size=circular_buffer_size,
+            max_batch_reuse=max_batch_reuse,
+            vtrace_clip_rho_threshold=vtrace_clip_rho_threshold,
+            vtrace_clip_c_threshold=vtrace_clip_c_threshold,
+            vtrace_clip_pg_rho_threshold=vtrace_clip_pg_rho_threshold,
+            normalize_advantage=normalize_advantage,
+            broadcast_interval=broadcast_interval,
+            async_collection=async_collection,
+            collector_queue_size=collector_queue_size,
+            stats_window_size=stats_window_size,
+            tensorboard_log=tensorboard_log,
+            policy_kwargs=policy_kwargs,
+            verbose=verbose,
+            seed=seed,
+            device=device,
+            _init_setup_model=False,
+        )
+        self.target_worker_clip = target_worker_clip
+        self.clip_range = clip_range
+        self.target_update_interval = target_update_interval
+        self.kl_coef = kl_coef
+        self.kl_target = kl_target
+        self.target_updates = 0
+        self._target_policy: ActorCriticPolicy | None = None
+        if _init_setup_model:
+            self._setup_model()
+
+    def _setup_model(self) -> None:
+        super()._setup_model()
+        self.clip_range = FloatSchedule(self.clip_range)
+
+    def _excluded_save_params(self) -> list[str]:
+        return [*super()._excluded_save_params(), "_target_policy"]
+
+    @property
+    def effective_target_update_interval(self) -> int:
+        if self.target_update_interval is not None:
+            return self.target_update_interval
+        return self.circular_buffer_size * self.max_batch_reuse
+
+    def _on_learn_start(self) -> None:
+        # Algorithm 1, line 2: the target network starts as a copy of the learner.
+        self._target_policy = self._make_policy_copy(self.device)
+
+    @th.no_grad()
+    def _on_first_use(self, batch: TrainingBatch) -> None:
+        # Algorithm 1, line 7: evaluate the batch on the target network when it is first drawn.
+        assert self._target_policy is not None
+        distribution = self._target_policy.get_distribution(batch.observations)
+        batch.target_log_probs = distribution.log_prob(batch.actions).reshape(batch.n_steps, batch.n_envs)
+        batch.target_params = behaviour_params(distribution)
+
+    def _after_update(self) -> None:
+        # Algorithm 1, line 11.
+        if self._n_updates % self.effective_target_update_interval == 0:
+            assert self._target_policy is not None
+            self._target_policy.load_state_dict(self.policy.state_dict())
+            self.target_updates += 1
+
+    def _train_step(self, batch: TrainingBatch) -> dict[str, float]:
+        assert batch.target_log_probs is not None and batch.target_params is not None
+        clip_range = self.clip_range(self._current_progress_remaining)
+        distribution, values = self._evaluate(batch.observations)
+        log_prob = distribution.log_prob(batch.actions)
+        entropy = distribution.entropy()
+
+        # V-trace GAE-lambda with pi_target in the role of pi (section 3, "V-GAE").
+        vs, pg_advantages = self._vtrace_targets(batch, values, batch.target_log_probs)
+        advantages = self._prepare_advantages(pg_advantages)
+
+        # Target-worker clipped ratio, eq. (3): pi_theta / max(pi_target, pi_worker / rho), in log space.
+        behaviour_log_prob = batch.behaviour_log_probs.flatten()
+        target_log_prob = batch.target_log_probs.flatten()
+        denominator = th.maximum(target_log_prob, behaviour_log_prob - math.log(self.target_worker_clip))
+        ratio = th.exp(th.clamp(log_prob - denominator, -MAX_LOG_RATIO, MAX_LOG_RATIO))
+        # PPO epsilon-clip on top of the IMPACT ratio (appendix E, "IMPACT target epsilon-clip").
+        policy_loss = -th.min(advantages * ratio, advantages * th.clamp(ratio, 1 - clip_range, 1 + clip_range)).mean()
+        # Value loss towards the V-trace targets (Algorithm 1, line 8).
+        value_loss = F.mse_loss(values, vs.flatten())
+        entropy_loss = -entropy.mean()
+        # KL(pi_target || pi_theta) penalty (Algorithm 1, line 8).
+        kl_to_target = kl_from_params(self.action_space, batch.target_params, distribution).mean()
+        loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
+        if self.kl_coef > 0:
+            loss = loss + self.kl_coef * kl_to_target
+        self._clip_gradients_and_step(loss)
+
+        kl_value = kl_to_target.item()
+        if self.kl_coef > 0 and self.kl_target is not None:
+            # Adaptive KL coefficient, as in PPO's adaptive-KL variant.
+            if kl_value > 2.0 * self.kl_target:
+                self.kl_coef *= 1.5
+            elif kl_value < 0.5 * self.kl_target:
+                self.kl_coef *= 0.5
+        with th.no_grad():
+            is_ratio = th.exp(th.clamp(log_prob - behaviour_log_prob, max=MAX_LOG_RATIO))
+            clip_fraction = (th.abs(ratio - 1) > clip_range).float().mean().item()
+        return {
+            "policy_gradient_loss": policy_loss.item(),
+            "value_loss": value_loss.item(),
+            "entropy_loss": entropy_loss.item(),
+            "kl_to_target": kl_value,
+            "kl_coef": self.kl_coef,
+            "is_ratio_mean": is_ratio.mean().item(),
+            "is_ratio_max": is_ratio.max().item(),
+            "clip_fraction": clip_fraction,
+            "clip_range": clip_range,
+            "loss": loss.item(),
+        }
+
+    def dump_logs(self, iteration: int = 0) -> None:
+        self.logger.record("train/target_updates", self.target_updates)
+        super().dump_logs(iteration)
+
+    def learn(
+        self: SelfIMPACT,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        log_interval: int = 1,
+        tb_log_name: str = "IMPACT",
+        reset_num_timesteps: bool = True,
+        progress_bar: bool = False,
+    ) -> SelfIMPACT:
+        return super().learn(
+            total_timesteps=total_timesteps,
+            callback=callback,
+            log_interval=log_interval,
+            tb_log_name=tb_log_name,
+            reset_num_timesteps=reset_num_timesteps,
+            progress_bar=progress_bar,
+        )

@@ -1,0 +1,52 @@
+"""
+rl-zoo3 integration: ``python -m rl_zoo3.train --algo impact --env CartPole-v1`` with the shipped yml.
+
+rl-zoo3 has no plugin entry point, so :func:`register` adds the algorithms to ``rl_zoo3.utils.ALGOS``
+and points rl-zoo3's ``ExperimentManager`` at the yml files in ``sb3_impact/hyperparams`` for them (an
+explicit ``-conf`` still wins). The package installs a startup hook (``sb3_impact.pth`` and, for
+Pythons that use them, ``sb3_impact.start``) that calls it when ``rl_zoo3`` is first imported; set
+``SB3_IMPACT_NO_ZOO_HOOK=1`` to turn the hook off.
+"""
+
+from pathlib import Path
+
+from sb3_impact import IMPACT, IMPALA
+
+ZOO_ALGOS = {"impact": IMPACT, "impala": IMPALA}
+HYPERPARAMS_DIR = Path(__file__).resolve().parent.parent / "hyperparams"
+
+
+def hyperparams_path(algo: str) -> Path:
+    """The shipped rl-zoo3 yml of ``algo``."""
+    return HYPERPARAMS_DIR / f"{algo}.yml"
+
+
+def register_algos() -> None:
+    """Add the sb3-impact algorithms to ``rl_zoo3.utils.ALGOS`` (idempotent)."""
+    import rl_zoo3.utils
+
+    for name, algo in ZOO_ALGOS.items():
+        rl_zoo3.utils.ALGOS.setdefault(name, algo)
+
+
+def patch_experiment_manager() -> None:
+    """Make ``ExperimentManager`` read our yml for our algorithms unless ``-conf`` names another (idempotent)."""
+    from rl_zoo3.exp_manager import ExperimentManager
+
+    original_init = ExperimentManager.__init__
+    if getattr(original_init, "_sb3_impact_patched", False):
+        return
+
+    def __init__(self, *args, **kwargs) -> None:
+        original_init(self, *args, **kwargs)
+        if self.algo in ZOO_ALGOS and not Path(self.config).is_file():
+            self.config = str(hyperparams_path(self.algo))
+
+    __init__._sb3_impact_patched = True  # type: ignore[attr-defined]
+    ExperimentManager.__init__ = __init__  # type: ignore[method-assign]
+
+
+def register() -> None:
+    """Register IMPACT and IMPALA with rl-zoo3 (``--algo impact`` / ``--algo impala``)."""
+    register_algos()
+    patch_experiment_manager()
