@@ -1,0 +1,37 @@
+import threading
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+
+class CrashingEnv(gym.Env):
+    """CartPole-like env that raises after ``crash_after`` steps (counted across resets)."""
+
+    observation_space = spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, crash_after: int = 50) -> None:
+        self.crash_after = crash_after
+        self.steps = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, dtype=np.float32), {}
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps >= self.crash_after:
+            raise RuntimeError("environment exploded")
+        return np.zeros(2, dtype=np.float32), 1.0, False, self.steps % 10 == 0, {}
+
+
+def collector_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == "sb3-impact-collector" and thread.is_alive()]
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_collector_threads():
+    yield
+    assert collector_threads() == [], "a test left a collector thread running"

@@ -1,0 +1,305 @@
+"""IMPACT and IMPALA end to end: spaces, callbacks, lifecycle, reproducibility, save/load and bad input."""
+
+import csv
+import threading
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.callbacks import (
+    BaseCallback,
+    CheckpointCallback,
+    EvalCallback,
+    StopTrainingOnRewardThreshold,
+)
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.envs import IdentityEnv, IdentityEnvBox, IdentityEnvMultiBinary, IdentityEnvMultiDiscrete
+from stable_baselines3.common.logger import configure
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecFrameStack, VecNormalize
+
+from sb3_impact import IMPACT, IMPALA
+from sb3_impact.common.buffers import TrainingBatch
+from sb3_impact.common.collector import CollectorError
+
+from .conftest import CrashingEnv, collector_threads
+
+ALGOS = [IMPACT, IMPALA]
+SMALL = dict(n_steps=16, policy_kwargs=dict(net_arch=[16]), device="cpu")
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize("async_collection", [True, False])
+@pytest.mark.parametrize(
+    "env_factory",
+    [
+        lambda: IdentityEnv(4),
+        lambda: IdentityEnvMultiDiscrete(3),
+        lambda: IdentityEnvMultiBinary(3),
+        lambda: IdentityEnvBox(eps=0.5),
+    ],
+    ids=["Discrete", "MultiDiscrete", "MultiBinary", "Box"],
+)
+def test_learns_on_every_action_space(algo, async_collection, env_factory):
+    env = make_vec_env(env_factory, n_envs=2, seed=0)
+    model = algo("MlpPolicy", env, async_collection=async_collection, seed=0, **SMALL).learn(300)
+    assert model.num_timesteps >= 300
+    assert model.sampled_steps == model.trained_steps + model.dropped_steps
+    assert all(th.isfinite(p).all() for p in model.policy.parameters())
+
+
+class DictObsEnv(gym.Env):
+    observation_space = spaces.Dict(
+        {"vec": spaces.Box(-1, 1, shape=(3,), dtype=np.float32), "img": spaces.Box(0, 255, (36, 36, 1), np.uint8)}
+    )
+    action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        self.t += 1
+        return self.observation_space.sample(), float(action), False, self.t >= 5, {}
+
+
+class ImageEnv(DictObsEnv):
+    observation_space = spaces.Box(0, 255, (36, 36, 1), np.uint8)
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_multi_input_and_cnn_policies(algo):
+    algo("MultiInputPolicy", DictObsEnv(), n_steps=8, device="cpu", seed=0).learn(32)
+    algo("CnnPolicy", ImageEnv(), n_steps=8, device="cpu", seed=0).learn(32)
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_vec_normalize_and_frame_stack(algo):
+    env = VecFrameStack(VecNormalize(make_vec_env("Pendulum-v1", n_envs=2, seed=0)), n_stack=3)
+    model = algo("MlpPolicy", env, **SMALL).learn(200)
+    assert model.observation_space.shape == (9,)
+    assert env.venv.obs_rms.count > 100
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_sync_collection_is_reproducible(algo):
+    def train():
+        model = algo("MlpPolicy", "CartPole-v1", async_collection=False, seed=3, **SMALL)
+        return model.learn(400).policy.state_dict()
+
+    first, second = train(), train()
+    for name in first:
+        th.testing.assert_close(first[name], second[name], rtol=0, atol=0)
+
+
+class CountingCallback(BaseCallback):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+        self.thread_ids: set[int] = set()
+
+    def _on_step(self) -> bool:
+        self.calls += 1
+        self.thread_ids.add(threading.get_ident())
+        assert len(self.locals["infos"]) == self.training_env.num_envs
+        assert self.locals["dones"].shape == (self.training_env.num_envs,)
+        return True
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_callbacks_see_every_vector_step_on_the_learner_thread(algo, tmp_path):
+    counter = CountingCallback()
+    eval_env = make_vec_env("CartPole-v1", n_envs=1)
+    callbacks = [
+        counter,
+        EvalCallback(eval_env, eval_freq=100, n_eval_episodes=2, log_path=str(tmp_path)),
+        CheckpointCallback(save_freq=100, save_path=str(tmp_path / "ckpt")),
+    ]
+    model = algo("MlpPolicy", make_vec_env("CartPole-v1", n_envs=2), **SMALL)
+    model.learn(400, callback=callbacks, progress_bar=True)
+    assert counter.calls == model.num_timesteps // 2
+    assert counter.thread_ids == {threading.get_ident()}
+    assert (tmp_path / "evaluations.npz").exists()
+    assert any((tmp_path / "ckpt").iterdir())
+    assert len(model.ep_info_buffer) > 0
+
+
+def test_stop_training_on_reward_threshold_stops_and_cleans_up():
+    eval_env = make_vec_env("CartPole-v1", n_envs=1)
+    stop = StopTrainingOnRewardThreshold(reward_threshold=-1.0)  # any reward is above it
+    callback = EvalCallback(eval_env, eval_freq=50, n_eval_episodes=1, callback_on_new_best=stop)
+    model = IMPACT("MlpPolicy", "CartPole-v1", **SMALL).learn(10_000, callback=callback)
+    assert model.num_timesteps < 1000
+    assert model.sampled_steps == model.trained_steps + model.dropped_steps
+
+
+class RaiseAt(BaseCallback):
+    def __init__(self, at: int, error: type[BaseException]) -> None:
+        super().__init__()
+        self.at, self.error = at, error
+
+    def _on_step(self) -> bool:
+        if self.num_timesteps >= self.at:
+            raise self.error()
+        return True
+
+
+@pytest.mark.parametrize("async_collection", [True, False])
+def test_keyboard_interrupt_ends_learn_without_leftovers(async_collection):
+    model = IMPACT("MlpPolicy", "CartPole-v1", async_collection=async_collection, **SMALL)
+    with pytest.raises(KeyboardInterrupt):
+        model.learn(10_000, callback=RaiseAt(200, KeyboardInterrupt))
+    assert collector_threads() == []
+    model.learn(100)  # the model is still usable
+
+
+def test_env_crash_ends_learn_promptly_with_the_cause():
+    model = IMPACT("MlpPolicy", make_vec_env(lambda: CrashingEnv(crash_after=100), n_envs=1), **SMALL)
+    start = time.monotonic()
+    with pytest.raises(CollectorError) as error_info:
+        model.learn(10_000)
+    assert time.monotonic() - start < 10
+    assert "environment exploded" in str(error_info.value.__cause__)
+
+
+def test_subprocess_worker_crash_leaves_no_processes():
+    env = SubprocVecEnv([lambda: CrashingEnv(crash_after=40) for _ in range(2)], start_method="fork")
+    model = IMPALA("MlpPolicy", env, **SMALL)
+    start = time.monotonic()
+    with pytest.raises(CollectorError):
+        model.learn(10_000)
+    assert time.monotonic() - start < 15
+    assert not any(process.is_alive() for process in env.processes)
+
+
+def test_callback_returning_false_stops_training():
+    class StopAt(BaseCallback):
+        def _on_step(self) -> bool:
+            return self.num_timesteps < 100
+
+    model = IMPACT("MlpPolicy", "CartPole-v1", **SMALL).learn(10_000, callback=StopAt())
+    assert 100 <= model.num_timesteps < 200
+    assert model.dropped_steps > 0 and model.sampled_steps == model.trained_steps + model.dropped_steps
+
+
+def test_logs_train_and_collector_keys(tmp_path):
+    model = IMPACT("MlpPolicy", "CartPole-v1", **SMALL)
+    model.set_logger(configure(str(tmp_path), ["csv"]))
+    model.learn(500)
+    with open(tmp_path / "progress.csv") as file:
+        rows = list(csv.DictReader(file))
+    keys = set(rows[0])
+    for key in [
+        "train/policy_gradient_loss",
+        "train/value_loss",
+        "train/entropy_loss",
+        "train/kl_to_target",
+        "train/is_ratio_mean",
+        "train/is_ratio_max",
+        "train/clip_fraction",
+        "train/target_updates",
+        "train/policy_lag",
+        "train/policy_lag_max",
+        "train/buffer_batches_released",
+        "collector/sampled_steps",
+        "collector/trained_steps",
+        "collector/dropped_steps",
+        "rollout/ep_rew_mean",
+    ]:
+        assert key in keys, key
+    last = rows[-1]
+    assert int(float(last["collector/sampled_steps"])) == model.sampled_steps
+    assert int(float(last["collector/dropped_steps"])) == model.dropped_steps
+
+
+def test_impact_target_network_updates_every_n_times_k():
+    model = IMPACT("MlpPolicy", "CartPole-v1", circular_buffer_size=2, max_batch_reuse=3, async_collection=False, **SMALL)
+    model.learn(320)
+    assert model._n_updates > 0
+    assert model.target_updates == model._n_updates // 6
+
+
+def test_impact_loss_stays_finite_with_extreme_ratios():
+    model = IMPACT("MlpPolicy", "CartPole-v1", async_collection=False, **SMALL)
+    model.learn(32)
+    collector = model._make_collector()
+    segment = collector.get_segment()
+    segment.behaviour_log_probs = np.where(np.arange(segment.size).reshape(segment.rewards.shape) % 2, -300.0, 50.0)
+    batch = TrainingBatch.from_segment(segment, model.device)
+    model._on_learn_start()
+    model._on_first_use(batch)
+    stats = model._train_step(batch)
+    assert all(np.isfinite(value) for value in stats.values())
+    assert all(th.isfinite(p).all() for p in model.policy.parameters())
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_save_load_gives_identical_predictions_and_starts_nothing(algo, env_id, tmp_path):
+    model = algo("MlpPolicy", env_id, seed=0, **SMALL).learn(200)
+    obs = np.stack([model.observation_space.sample() for _ in range(10)])
+    expected, _ = model.predict(obs, deterministic=True)
+    model.save(tmp_path / "model")
+    threads_before = threading.active_count()
+    loaded = algo.load(tmp_path / "model", env=make_vec_env(env_id), device="cpu")
+    assert threading.active_count() == threads_before
+    actions, _ = loaded.predict(obs, deterministic=True)
+    np.testing.assert_array_equal(actions, expected)
+    loaded.learn(100)  # continues training after load
+
+
+@pytest.mark.parametrize(
+    "kwargs,name",
+    [
+        ({"target_worker_clip": 0.5}, "target_worker_clip"),
+        ({"circular_buffer_size": 0}, "circular_buffer_size"),
+        ({"max_batch_reuse": 0}, "max_batch_reuse"),
+        ({"n_steps": 0}, "n_steps"),
+        ({"clip_range": 0.0}, "clip_range"),
+        ({"gamma": 1.5}, "gamma"),
+        ({"gamma": -0.1}, "gamma"),
+        ({"gae_lambda": 2.0}, "gae_lambda"),
+        ({"vtrace_clip_rho_threshold": 0.0}, "vtrace_clip_rho_threshold"),
+        ({"broadcast_interval": 0}, "broadcast_interval"),
+        ({"target_update_interval": 0}, "target_update_interval"),
+        ({"kl_coef": -1.0}, "kl_coef"),
+        ({"policy_kwargs": {"use_sde": True}}, "use_sde"),
+    ],
+)
+def test_invalid_hyperparameters_raise_at_construction(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        IMPACT("MlpPolicy", "CartPole-v1", **kwargs)
+
+
+def test_impala_validates_shared_parameters():
+    with pytest.raises(ValueError, match="n_steps"):
+        IMPALA("MlpPolicy", "CartPole-v1", n_steps=-3)
+
+
+class TupleActionEnv(IdentityEnv):
+    def __init__(self) -> None:
+        super().__init__(2)
+        self.action_space = spaces.Tuple([spaces.Discrete(2), spaces.Discrete(2)])
+
+
+class TupleObsEnv(IdentityEnv):
+    def __init__(self) -> None:
+        super().__init__(2)
+        self.observation_space = spaces.Tuple([spaces.Discrete(2), spaces.Discrete(2)])
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_unsupported_spaces_raise(algo):
+    with pytest.raises(ValueError, match="action space"):
+        algo("MlpPolicy", DummyVecEnv([TupleActionEnv]))
+    with pytest.raises(ValueError, match="observation space"):
+        algo("MlpPolicy", DummyVecEnv([TupleObsEnv]))
+
+
+def test_set_env_with_other_spaces_raises():
+    model = IMPACT("MlpPolicy", "CartPole-v1", **SMALL)
+    with pytest.raises(ValueError, match=r"[Oo]bservation spaces do not match"):
+        model.set_env(make_vec_env("Pendulum-v1"))

@@ -1,0 +1,126 @@
+"""Segments, the sampler and the collectors, without a learner."""
+
+import time
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch as th
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.policies import ActorCriticPolicy
+
+from sb3_impact.common.buffers import CircularBuffer
+from sb3_impact.common.collector import CollectorError, SyncCollector, ThreadCollector
+from sb3_impact.common.segments import SegmentSampler
+
+from .conftest import CrashingEnv, collector_threads
+
+
+def make_sampler(env_id="CartPole-v1", n_envs=2, n_steps=20, max_episode_steps=7, **env_kwargs):
+    env = make_vec_env(lambda: gym.make(env_id, max_episode_steps=max_episode_steps, **env_kwargs), n_envs=n_envs, seed=0)
+    policy = ActorCriticPolicy(env.observation_space, env.action_space, lambda _: 1e-3, net_arch=[8])
+    policy.set_training_mode(False)
+    return SegmentSampler(env, policy, n_steps, env.reset())
+
+
+def test_segment_records_truncations_with_their_final_observation():
+    sampler = make_sampler(max_episode_steps=7)
+    first = sampler.collect()
+    assert first.rewards.shape == (20, 2) and first.behaviour_params.shape == (20, 2, 2)
+    # CartPole with a random policy rarely lasts 7 steps; whatever ends is classified from the infos.
+    for t in range(first.n_steps):
+        for env_index, info in enumerate(first.infos[t]):
+            truncated = info.get("TimeLimit.truncated", False)
+            assert first.truncations[t, env_index] == truncated
+            assert first.terminations[t, env_index] == (("terminal_observation" in info) and not truncated)
+    assert first.truncations.any()
+    for (t, env_index), final in zip(first.final_observation_indices, first.final_observations, strict=True):
+        np.testing.assert_array_equal(final, first.infos[t][env_index]["terminal_observation"])
+    second = sampler.collect()
+    np.testing.assert_array_equal(second.observations[0], first.next_observations)
+    assert sampler.sampled_steps == 80
+
+
+def test_behaviour_log_probs_match_stored_distribution():
+    sampler = make_sampler(env_id="Pendulum-v1", max_episode_steps=50)
+    segment = sampler.collect()
+    obs = th.as_tensor(segment.observations[3])
+    distribution = sampler.policy.get_distribution(obs)
+    expected = distribution.log_prob(th.as_tensor(segment.actions[3])).detach().numpy()
+    np.testing.assert_allclose(segment.behaviour_log_probs[3], expected, rtol=1e-5)
+
+
+def test_thread_collector_blocks_when_learner_does_not_consume():
+    sampler = make_sampler(n_steps=10)
+    collector = ThreadCollector(sampler, queue_size=2)
+    collector.start()
+    try:
+        time.sleep(1.0)
+        segment_size = 10 * 2
+        # Two segments queued and one finished segment waiting to be put: backpressure, not unbounded memory.
+        assert collector.sampled_steps <= 3 * segment_size
+        assert collector.get_segment().size == segment_size
+    finally:
+        collector.close()
+    assert collector_threads() == []
+    assert collector.delivered_steps + collector.queued_steps_dropped <= collector.sampled_steps
+
+
+def test_thread_collector_uses_broadcast_weights():
+    sampler = make_sampler(n_steps=5)
+    collector = ThreadCollector(sampler, queue_size=1)
+    new_weights = {name: th.zeros_like(value) for name, value in sampler.policy.state_dict().items()}
+    collector.start()
+    try:
+        collector.broadcast(new_weights, version=7)
+        deadline = time.monotonic() + 10
+        while collector.get_segment().policy_version != 7:
+            assert time.monotonic() < deadline
+        segment = collector.get_segment()
+        # All-zero logits: uniform behaviour policy.
+        np.testing.assert_allclose(segment.behaviour_log_probs, np.log(0.5), rtol=1e-6)
+    finally:
+        collector.close()
+
+
+def test_thread_collector_reports_env_failure_with_cause():
+    env = make_vec_env(lambda: CrashingEnv(crash_after=30), n_envs=1)
+    policy = ActorCriticPolicy(env.observation_space, env.action_space, lambda _: 1e-3)
+    collector = ThreadCollector(SegmentSampler(env, policy, 8, env.reset()), queue_size=1)
+    collector.start()
+    start = time.monotonic()
+    with pytest.raises(CollectorError) as error_info:
+        while True:
+            collector.get_segment()
+    collector.close()
+    assert time.monotonic() - start < 5
+    assert isinstance(error_info.value.__cause__, RuntimeError)
+    assert "environment exploded" in str(error_info.value.__cause__)
+
+
+def test_sync_collector_collects_on_demand():
+    sampler = make_sampler(n_steps=4)
+    collector = SyncCollector(sampler)
+    collector.start()
+    assert collector.sampled_steps == 0
+    segment = collector.get_segment()
+    assert segment.size == 8 and collector.sampled_steps == 8 and collector.delivered_steps == 8
+    collector.close()
+
+
+def test_circular_buffer_reuses_each_batch_k_times_in_turn():
+    buffer = CircularBuffer(size=3, max_reuse=2)
+    order, arrivals = [], 0
+    for _ in range(12):
+        if buffer.needs_batch():
+            buffer.put(type("Batch", (), {"uses": 0, "name": arrivals})())
+            arrivals += 1
+        order.append(buffer.next_batch().name)
+    assert order == [0, 1, 2, 0, 1, 2, 3, 4, 5, 3, 4, 5]
+    assert buffer.released_batches == 6 and buffer.released_uses == 12
+
+
+@pytest.mark.parametrize("size,reuse,name", [(0, 1, "circular_buffer_size"), (1, 0, "max_batch_reuse")])
+def test_circular_buffer_rejects_bad_sizes(size, reuse, name):
+    with pytest.raises(ValueError, match=name):
+        CircularBuffer(size, reuse)
