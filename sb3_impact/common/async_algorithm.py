@@ -26,6 +26,20 @@ SelfAsyncOnPolicyAlgorithm = TypeVar("SelfAsyncOnPolicyAlgorithm", bound="AsyncO
 SUPPORTED_OBSERVATION_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary, spaces.Dict)
 
 
+def evaluate_policy_and_values(
+    policy: ActorCriticPolicy, observations: th.Tensor | TensorDict
+) -> tuple[Distribution, th.Tensor]:
+    """Action distribution and values ``[N]`` of ``policy``, sharing one feature pass (as ``evaluate_actions``)."""
+    features = policy.extract_features(observations)
+    if policy.share_features_extractor:
+        latent_pi, latent_vf = policy.mlp_extractor(features)
+    else:
+        pi_features, vf_features = features
+        latent_pi = policy.mlp_extractor.forward_actor(pi_features)
+        latent_vf = policy.mlp_extractor.forward_critic(vf_features)
+    return policy._get_action_dist_from_latent(latent_pi), policy.value_net(latent_vf).flatten()
+
+
 def close_env_after_failure(env: VecEnv) -> None:
     """Close a VecEnv whose worker may have crashed, terminating any subprocess that survives ``close()``."""
     try:
@@ -275,6 +289,11 @@ class AsyncOnPolicyAlgorithm(OnPolicyAlgorithm):
         callback.on_training_end()
         return self
 
+    def _update_current_progress_remaining(self, num_timesteps: int, total_timesteps: int) -> None:
+        # The last segment may overshoot total_timesteps: never let a schedule see negative progress.
+        super()._update_current_progress_remaining(num_timesteps, total_timesteps)
+        self._current_progress_remaining = max(self._current_progress_remaining, 0.0)
+
     def _on_learn_start(self) -> None:
         """Called in :meth:`learn` before collection starts (IMPACT builds its target network here)."""
 
@@ -291,22 +310,10 @@ class AsyncOnPolicyAlgorithm(OnPolicyAlgorithm):
     def train(self) -> None:
         raise RuntimeError(f"{type(self).__name__} trains inside learn(), one batch at a time")
 
-    def _evaluate(self, observations: th.Tensor | TensorDict) -> tuple[Distribution, th.Tensor]:
-        """Action distribution and values of the learner policy, sharing one feature pass (as ``evaluate_actions``)."""
-        policy = self.policy
-        features = policy.extract_features(observations)
-        if policy.share_features_extractor:
-            latent_pi, latent_vf = policy.mlp_extractor(features)
-        else:
-            pi_features, vf_features = features
-            latent_pi = policy.mlp_extractor.forward_actor(pi_features)
-            latent_vf = policy.mlp_extractor.forward_critic(vf_features)
-        return policy._get_action_dist_from_latent(latent_pi), policy.value_net(latent_vf).flatten()
-
     @th.no_grad()
-    def _bootstrap_values(self, batch: TrainingBatch) -> tuple[th.Tensor, th.Tensor]:
+    def _bootstrap_values(self, batch: TrainingBatch, policy: ActorCriticPolicy) -> tuple[th.Tensor, th.Tensor]:
         """``V(next observation)`` ``[B]`` and ``V(final observation)`` ``[T, B]`` (zero where not truncated)."""
-        values = self.policy.predict_values(batch.bootstrap_observations).flatten()
+        values = policy.predict_values(batch.bootstrap_observations).flatten()
         final_values = th.zeros_like(batch.rewards)
         indices = batch.final_observation_indices
         if len(indices) > 0:
@@ -314,10 +321,13 @@ class AsyncOnPolicyAlgorithm(OnPolicyAlgorithm):
         return values[: batch.n_envs], final_values
 
     def _vtrace_targets(
-        self, batch: TrainingBatch, values: th.Tensor, target_log_probs: th.Tensor
+        self, batch: TrainingBatch, values: th.Tensor, target_log_probs: th.Tensor, policy: ActorCriticPolicy
     ) -> tuple[th.Tensor, th.Tensor]:
-        """V-trace ``(vs, pg_advantages)`` ``[T, B]`` of ``batch`` with ``target_log_probs`` in the role of pi."""
-        bootstrap_values, final_values = self._bootstrap_values(batch)
+        """
+        V-trace ``(vs, pg_advantages)`` ``[T, B]`` of ``batch``, with ``target_log_probs`` in the role of pi and
+        ``values`` (``[T * B]``) plus ``policy``'s values of the bootstrap observations as V.
+        """
+        bootstrap_values, final_values = self._bootstrap_values(batch, policy)
         rewards, discounts = fold_truncation_bootstrap(
             batch.rewards, batch.terminations, batch.truncations, final_values, self.gamma
         )

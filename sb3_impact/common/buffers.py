@@ -58,6 +58,8 @@ class TrainingBatch:
     n_envs: int
     target_log_probs: th.Tensor | None = None
     target_params: th.Tensor | None = None
+    value_targets: th.Tensor | None = None
+    advantages: th.Tensor | None = None
     uses: int = 0
 
     @property

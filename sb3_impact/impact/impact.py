@@ -9,7 +9,7 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedul
 from stable_baselines3.common.utils import FloatSchedule
 from torch.nn import functional as F
 
-from sb3_impact.common.async_algorithm import AsyncOnPolicyAlgorithm
+from sb3_impact.common.async_algorithm import AsyncOnPolicyAlgorithm, evaluate_policy_and_values
 from sb3_impact.common.buffers import TrainingBatch
 from sb3_impact.common.distributions import behaviour_params, kl_from_params
 from sb3_impact.impact.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
@@ -96,7 +96,7 @@ class IMPACT(AsyncOnPolicyAlgorithm):
         kl_target: float | None = 0.01,
         max_grad_norm: float = 0.5,
         async_collection: bool = True,
-        collector_queue_size: int = 2,
+        collector_queue_size: int = 1,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
@@ -171,11 +171,15 @@ class IMPACT(AsyncOnPolicyAlgorithm):
 
     @th.no_grad()
     def _on_first_use(self, batch: TrainingBatch) -> None:
-        # Algorithm 1, line 7: evaluate the batch on the target network when it is first drawn.
+        # Algorithm 1, line 7: evaluate the batch on the target network (theta', w') when it is first drawn,
+        # and keep its V-trace GAE-lambda advantages and value targets for all K uses, as PPO keeps its GAE
+        # over its epochs (section 3, "V-GAE", with pi_target in the role of pi).
         assert self._target_policy is not None
-        distribution = self._target_policy.get_distribution(batch.observations)
+        distribution, values = evaluate_policy_and_values(self._target_policy, batch.observations)
         batch.target_log_probs = distribution.log_prob(batch.actions).reshape(batch.n_steps, batch.n_envs)
         batch.target_params = behaviour_params(distribution)
+        value_targets, advantages = self._vtrace_targets(batch, values, batch.target_log_probs, self._target_policy)
+        batch.value_targets, batch.advantages = value_targets.flatten(), advantages.flatten()
 
     def _after_update(self) -> None:
         # Algorithm 1, line 11.
@@ -185,15 +189,12 @@ class IMPACT(AsyncOnPolicyAlgorithm):
             self.target_updates += 1
 
     def _train_step(self, batch: TrainingBatch) -> dict[str, float]:
-        assert batch.target_log_probs is not None and batch.target_params is not None
+        assert batch.target_log_probs is not None and batch.target_params is not None and batch.advantages is not None
         clip_range = self.clip_range(self._current_progress_remaining)
-        distribution, values = self._evaluate(batch.observations)
+        distribution, values = evaluate_policy_and_values(self.policy, batch.observations)
         log_prob = distribution.log_prob(batch.actions)
         entropy = distribution.entropy()
-
-        # V-trace GAE-lambda with pi_target in the role of pi (section 3, "V-GAE").
-        vs, pg_advantages = self._vtrace_targets(batch, values, batch.target_log_probs)
-        advantages = self._prepare_advantages(pg_advantages)
+        advantages = self._prepare_advantages(batch.advantages)
 
         # Target-worker clipped ratio, eq. (3): pi_theta / max(pi_target, pi_worker / rho), in log space.
         behaviour_log_prob = batch.behaviour_log_probs.flatten()
@@ -203,11 +204,12 @@ class IMPACT(AsyncOnPolicyAlgorithm):
         # PPO epsilon-clip on top of the IMPACT ratio (appendix E, "IMPACT target epsilon-clip").
         policy_loss = -th.min(advantages * ratio, advantages * th.clamp(ratio, 1 - clip_range, 1 + clip_range)).mean()
         # Value loss towards the V-trace targets (Algorithm 1, line 8).
-        value_loss = F.mse_loss(values, vs.flatten())
+        value_loss = F.mse_loss(values, batch.value_targets)
         entropy_loss = -entropy.mean()
-        # KL(pi_target || pi_theta) penalty (Algorithm 1, line 8).
-        kl_to_target = kl_from_params(self.action_space, batch.target_params, distribution).mean()
         loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
+        # KL(pi_target || pi_theta) penalty (Algorithm 1, line 8); without it the KL is only logged.
+        with th.set_grad_enabled(self.kl_coef > 0):
+            kl_to_target = kl_from_params(self.action_space, batch.target_params, distribution).mean()
         if self.kl_coef > 0:
             loss = loss + self.kl_coef * kl_to_target
         self._clip_gradients_and_step(loss)

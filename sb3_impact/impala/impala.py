@@ -7,7 +7,7 @@ from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 from torch.nn import functional as F
 
-from sb3_impact.common.async_algorithm import AsyncOnPolicyAlgorithm
+from sb3_impact.common.async_algorithm import AsyncOnPolicyAlgorithm, evaluate_policy_and_values
 from sb3_impact.common.buffers import TrainingBatch
 from sb3_impact.impala.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
@@ -73,7 +73,7 @@ class IMPALA(AsyncOnPolicyAlgorithm):
         vf_coef: float = 0.5,
         max_grad_norm: float = 40.0,
         async_collection: bool = True,
-        collector_queue_size: int = 2,
+        collector_queue_size: int = 1,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
@@ -111,11 +111,11 @@ class IMPALA(AsyncOnPolicyAlgorithm):
         )
 
     def _train_step(self, batch: TrainingBatch) -> dict[str, float]:
-        distribution, values = self._evaluate(batch.observations)
+        distribution, values = evaluate_policy_and_values(self.policy, batch.observations)
         log_prob = distribution.log_prob(batch.actions)
         entropy = distribution.entropy()
         # V-trace targets and advantages with the current policy as pi (section 4.1, eq. 1).
-        vs, pg_advantages = self._vtrace_targets(batch, values, log_prob.detach())
+        vs, pg_advantages = self._vtrace_targets(batch, values, log_prob.detach(), self.policy)
         advantages = self._prepare_advantages(pg_advantages)
         # Section 4.2: policy gradient rho_s (r_s + gamma v_{s+1} - V(x_s)) grad log pi(a_s|x_s).
         policy_loss = -(advantages * log_prob).mean()

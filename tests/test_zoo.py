@@ -1,0 +1,80 @@
+"""rl-zoo3 integration: registration, the shipped yml, and the literal train/enjoy commands."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sb3_impact import IMPACT, IMPALA
+from sb3_impact.zoo import ZOO_ALGOS, hyperparams_path, register
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def hook_installed() -> bool:
+    return importlib.util.find_spec("_sb3_impact_zoo_hook") is not None and any(
+        (Path(path) / "sb3_impact.pth").is_file() for path in sys.path if path
+    )
+
+
+@pytest.mark.parametrize("algo", sorted(ZOO_ALGOS))
+def test_shipped_yml_has_the_required_envs_and_valid_parameters(algo):
+    config = yaml.safe_load(hyperparams_path(algo).read_text())
+    assert {"CartPole-v1", "Pendulum-v1", "HalfCheetah-v5", "atari"} <= set(config)
+    algo_class = ZOO_ALGOS[algo]
+    zoo_only = {"n_envs", "n_timesteps", "policy", "normalize", "env_wrapper", "frame_stack"}
+    for env_id, params in config.items():
+        unknown = set(params) - zoo_only - set(algo_class.__init__.__code__.co_varnames)
+        assert not unknown, f"{algo}.yml/{env_id}: unknown parameters {unknown}"
+
+
+def test_register_adds_algorithms_and_points_rl_zoo3_at_our_yml():
+    register()
+    register()  # idempotent
+    import rl_zoo3
+    from rl_zoo3.exp_manager import ExperimentManager
+
+    assert rl_zoo3.ALGOS["impact"] is IMPACT and rl_zoo3.ALGOS["impala"] is IMPALA
+    manager = ExperimentManager(args=None, algo="impact", env_id="CartPole-v1", log_folder="unused")
+    assert Path(manager.config) == hyperparams_path("impact")
+    manager = ExperimentManager(args=None, algo="ppo", env_id="CartPole-v1", log_folder="unused")
+    assert Path(manager.config).name == "ppo.yml" and "rl_zoo3" in manager.config
+
+
+def run(command: list[str], cwd: Path, **env) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **env}
+    return subprocess.run(command, cwd=cwd, env=environment, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.skipif(not hook_installed(), reason="needs the installed startup hook: pip install . (not -e)")
+@pytest.mark.parametrize("algo", ["impact", "impala"])
+def test_rl_zoo3_train_and_enjoy_commands(algo, tmp_path):
+    train = run(
+        [sys.executable, "-m", "rl_zoo3.train", "--algo", algo, "--env", "CartPole-v1", "-n", "2000", "-f", "logs"],
+        cwd=tmp_path,
+    )
+    assert train.returncode == 0, train.stderr[-3000:]
+    assert (tmp_path / "logs" / algo / "CartPole-v1_1" / "CartPole-v1.zip").is_file()
+    config_file = tmp_path / "logs" / algo / "CartPole-v1_1" / "CartPole-v1" / "config.yml"
+    saved_config = yaml.load(config_file.read_text(), Loader=yaml.UnsafeLoader)  # rl-zoo3 writes an OrderedDict
+    assert dict(saved_config)["n_envs"] == 8  # read from the shipped yml, without -conf
+    enjoy_args = ["--algo", algo, "--env", "CartPole-v1", "-f", "logs/", "-n", "200", "--no-render"]
+    enjoy = run([sys.executable, "-m", "rl_zoo3.enjoy", *enjoy_args], cwd=tmp_path)
+    assert enjoy.returncode == 0, enjoy.stderr[-3000:]
+    assert "Mean reward" in enjoy.stdout or "Episode Reward" in enjoy.stdout
+
+
+@pytest.mark.skipif(not hook_installed(), reason="needs the installed startup hook: pip install . (not -e)")
+def test_hook_opt_out_variable():
+    code = "import rl_zoo3; print('impact' in rl_zoo3.ALGOS)"
+    assert run([sys.executable, "-c", code], cwd=REPO_ROOT).stdout.strip() == "True"
+    assert run([sys.executable, "-c", code], cwd=REPO_ROOT, SB3_IMPACT_NO_ZOO_HOOK="1").stdout.strip() == "False"
+
+
+def test_startup_does_not_import_torch():
+    code = "import sys; print('torch' in sys.modules)"
+    assert run([sys.executable, "-c", code], cwd=REPO_ROOT).stdout.strip() == "False"
