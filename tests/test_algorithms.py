@@ -303,3 +303,30 @@ def test_set_env_with_other_spaces_raises():
     model = IMPACT("MlpPolicy", "CartPole-v1", **SMALL)
     with pytest.raises(ValueError, match=r"[Oo]bservation spaces do not match"):
         model.set_env(make_vec_env("Pendulum-v1"))
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_synchronous_impact_with_one_batch_and_k_passes_is_ppo(env_id):
+    """Paper section 3.2: with N = 1 and the target updated every K steps, IMPACT is PPO with K full-batch epochs."""
+    from stable_baselines3 import PPO
+
+    shared = dict(n_steps=32, gamma=0.95, gae_lambda=0.9, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, seed=7)
+    shared.update(learning_rate=1e-3, clip_range=0.2, policy_kwargs=dict(net_arch=[16]), device="cpu")
+    env_kwargs = dict(max_episode_steps=20)  # time-limit truncations inside the segments
+    # Each model is built right before it learns: both draw the same random numbers from the seed.
+    ppo = PPO("MlpPolicy", make_vec_env(env_id, n_envs=2, seed=1, env_kwargs=env_kwargs), n_epochs=4, batch_size=64, **shared)
+    ppo.learn(192)
+    impact = IMPACT(
+        "MlpPolicy",
+        make_vec_env(env_id, n_envs=2, seed=1, env_kwargs=env_kwargs),
+        circular_buffer_size=1,
+        max_batch_reuse=4,
+        async_collection=False,
+        vtrace_clip_rho_threshold=1.0,
+        vtrace_clip_c_threshold=1.0,
+        **shared,
+    )
+    impact.learn(192)
+    assert impact._n_updates == ppo._n_updates == 4 * 3
+    for (name, expected), actual in zip(ppo.policy.state_dict().items(), impact.policy.state_dict().values(), strict=True):
+        th.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-5, msg=name)

@@ -1,5 +1,6 @@
 """Base class for the V-trace actor-critic algorithms fed by a (possibly asynchronous) collector."""
 
+import copy
 import math
 from abc import abstractmethod
 from collections import defaultdict
@@ -187,12 +188,16 @@ class AsyncOnPolicyAlgorithm(OnPolicyAlgorithm):
     # ------------------------------------------------------------------ collection
 
     def _make_policy_copy(self, device: th.device | str) -> ActorCriticPolicy:
-        """A fresh policy with the learner's weights, on ``device``, in evaluation mode and without gradients."""
-        copy = self.policy.__class__(**self.policy._get_constructor_parameters()).to(device)
-        copy.load_state_dict(self.policy.state_dict())
-        copy.set_training_mode(False)
-        copy.requires_grad_(False)
-        return copy
+        """
+        A copy of the learner policy on ``device``, in evaluation mode and without gradients.
+
+        Deep-copied rather than rebuilt, so that making it consumes no random numbers: with a seed,
+        synchronous collection draws the same actions as SB3's PPO would.
+        """
+        policy_copy = copy.deepcopy(self.policy).to(device)
+        policy_copy.set_training_mode(False)
+        policy_copy.requires_grad_(False)
+        return policy_copy
 
     def _make_collector(self) -> Collector:
         assert self.env is not None and self._last_obs is not None
@@ -246,8 +251,11 @@ class AsyncOnPolicyAlgorithm(OnPolicyAlgorithm):
         failed = False
         try:
             collector.start()
-            while self.num_timesteps < total_timesteps:
+            while True:
                 if buffer.needs_batch():
+                    # Stop where new data would be needed: every batch in the buffer has had its scheduled uses.
+                    if self.num_timesteps >= total_timesteps:
+                        break
                     segment = collector.get_segment()
                     if not self._replay_callbacks(segment, callback):
                         break

@@ -47,7 +47,6 @@ class IMPACT(AsyncOnPolicyAlgorithm):
     :param gae_lambda: lambda of the V-trace GAE-lambda advantages
     :param vtrace_clip_rho_threshold: rho_bar of V-trace
     :param vtrace_clip_c_threshold: c_bar of V-trace
-    :param vtrace_clip_pg_rho_threshold: clip of the ratio weighting the V-trace policy-gradient advantage
     :param normalize_advantage: Whether to normalize the advantages of each batch
     :param ent_coef: Entropy coefficient
     :param vf_coef: Value function coefficient
@@ -88,7 +87,6 @@ class IMPACT(AsyncOnPolicyAlgorithm):
         gae_lambda: float = 0.95,
         vtrace_clip_rho_threshold: float = 1.0,
         vtrace_clip_c_threshold: float = 1.0,
-        vtrace_clip_pg_rho_threshold: float = 1.0,
         normalize_advantage: bool = True,
         ent_coef: float = 0.0,
         vf_coef: float = 0.5,
@@ -129,7 +127,7 @@ class IMPACT(AsyncOnPolicyAlgorithm):
             max_batch_reuse=max_batch_reuse,
             vtrace_clip_rho_threshold=vtrace_clip_rho_threshold,
             vtrace_clip_c_threshold=vtrace_clip_c_threshold,
-            vtrace_clip_pg_rho_threshold=vtrace_clip_pg_rho_threshold,
+            vtrace_clip_pg_rho_threshold=1.0,  # IMPACT's V-GAE advantages do not use the pg-weighted advantage
             normalize_advantage=normalize_advantage,
             broadcast_interval=broadcast_interval,
             async_collection=async_collection,
@@ -178,8 +176,10 @@ class IMPACT(AsyncOnPolicyAlgorithm):
         distribution, values = evaluate_policy_and_values(self._target_policy, batch.observations)
         batch.target_log_probs = distribution.log_prob(batch.actions).reshape(batch.n_steps, batch.n_envs)
         batch.target_params = behaviour_params(distribution)
-        value_targets, advantages = self._vtrace_targets(batch, values, batch.target_log_probs, self._target_policy)
-        batch.value_targets, batch.advantages = value_targets.flatten(), advantages.flatten()
+        value_targets, _ = self._vtrace_targets(batch, values, batch.target_log_probs, self._target_policy)
+        batch.value_targets = value_targets.flatten()
+        # V-GAE: A_t = sum_i (lambda gamma)^(i-t) (prod_j c_j) delta_i V = v_t - V(x_t); equals GAE on-policy.
+        batch.advantages = batch.value_targets - values
 
     def _after_update(self) -> None:
         # Algorithm 1, line 11.
