@@ -48,6 +48,8 @@ def test_learns_on_every_action_space(algo, async_collection, env_factory):
     assert model.num_timesteps >= 300
     assert model.sampled_steps == model.trained_steps + model.dropped_steps
     assert all(th.isfinite(p).all() for p in model.policy.parameters())
+    model.learn(100, reset_num_timesteps=False)  # learn() again continues from where it stopped
+    assert model.num_timesteps >= 400
 
 
 class DictObsEnv(gym.Env):

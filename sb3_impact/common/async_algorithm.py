@@ -1,6 +1,5 @@
 """Base class for the V-trace actor-critic algorithms fed by a (possibly asynchronous) collector."""
 
-import copy
 import math
 from abc import abstractmethod
 from collections import defaultdict
@@ -191,10 +190,13 @@ class AsyncOnPolicyAlgorithm(OnPolicyAlgorithm):
         """
         A copy of the learner policy on ``device``, in evaluation mode and without gradients.
 
-        Deep-copied rather than rebuilt, so that making it consumes no random numbers: with a seed,
-        synchronous collection draws the same actions as SB3's PPO would.
+        Building it draws no random numbers from the global generator (it is forked around the
+        construction), so that with a seed, synchronous collection draws the same actions as SB3's PPO.
         """
-        policy_copy = copy.deepcopy(self.policy).to(device)
+        with th.random.fork_rng(devices=[]):
+            policy_copy = self.policy.__class__(**self.policy._get_constructor_parameters())
+        policy_copy.load_state_dict(self.policy.state_dict())
+        policy_copy = policy_copy.to(device)
         policy_copy.set_training_mode(False)
         policy_copy.requires_grad_(False)
         return policy_copy
