@@ -57,8 +57,8 @@ def test_thread_collector_blocks_when_learner_does_not_consume():
     try:
         time.sleep(1.0)
         segment_size = 10 * 2
-        # Two segments queued and one finished segment waiting to be put: backpressure, not unbounded memory.
-        assert collector.sampled_steps <= 3 * segment_size
+        # At most queue_size segments ahead of the learner: backpressure, not unbounded memory.
+        assert collector.sampled_steps == 2 * segment_size
         assert collector.get_segment().size == segment_size
     finally:
         collector.close()

@@ -92,7 +92,10 @@ class ThreadCollector(Collector):
 
     The learner publishes weights with :meth:`broadcast`; the thread loads the newest ones before each
     segment, and every segment carries the version it was collected with. At most ``queue_size``
-    finished segments wait for the learner; beyond that the thread blocks (backpressure).
+    segments are ahead of the learner, counting the one being collected: the thread waits for the
+    learner to take a segment before it starts the next one (backpressure, bounded memory). With
+    ``queue_size=1`` the next segment is collected while the learner trains on the current one, so
+    segments are one batch of updates stale and collection still overlaps learning.
     While collecting, PyTorch's intra-op threads are limited to one (restored by :meth:`close`).
     """
 
@@ -102,7 +105,8 @@ class ThreadCollector(Collector):
         super().__init__(sampler)
         if queue_size < 1:
             raise ValueError(f"queue_size must be >= 1, got {queue_size}")
-        self._queue: queue.Queue[Segment] = queue.Queue(maxsize=queue_size)
+        self._queue: queue.Queue[Segment] = queue.Queue()
+        self._ahead = threading.Semaphore(queue_size)  # segments collected or in progress, not yet taken
         self._stop = threading.Event()
         self._weights_lock = threading.Lock()
         self._pending_weights: tuple[dict[str, th.Tensor], int] | None = None
@@ -122,17 +126,13 @@ class ThreadCollector(Collector):
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
+                if not self._ahead.acquire(timeout=0.05):
+                    continue
                 with self._weights_lock:
                     pending, self._pending_weights = self._pending_weights, None
                 if pending is not None:
                     self.sampler.load_weights(*pending)
-                segment = self.sampler.collect(self._stop)
-                while not self._stop.is_set():
-                    try:
-                        self._queue.put(segment, timeout=0.05)
-                        break
-                    except queue.Full:
-                        continue
+                self._queue.put(self.sampler.collect(self._stop))
         except CollectionInterrupted:
             pass
         except BaseException as error:  # handed to the learner thread, which re-raises it
@@ -151,6 +151,7 @@ class ThreadCollector(Collector):
             except queue.Empty:
                 self._raise_if_failed()
                 continue
+            self._ahead.release()
             self.delivered_steps += segment.size
             return segment
 
@@ -171,10 +172,7 @@ class ThreadCollector(Collector):
     def close(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            deadline = time.monotonic() + self.join_timeout
-            while self._thread.is_alive() and time.monotonic() < deadline:
-                self._drain()  # unblock a thread waiting on a full queue
-                self._thread.join(timeout=0.05)
+            self._thread.join(timeout=self.join_timeout)
             if self._thread.is_alive():
                 warnings.warn(
                     f"the collector thread did not stop within {self.join_timeout:.0f}s "
