@@ -15,7 +15,7 @@ from rl_zoo3.utils import ALGOS as ZOO_ALGOS
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.evaluation import evaluate_policy
-from stable_baselines3.common.vec_env import VecEnv, VecNormalize, sync_envs_normalization
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv, VecNormalize, sync_envs_normalization
 
 from sb3_impact.zoo import ZOO_ALGOS as IMPACT_ALGOS
 from sb3_impact.zoo import hyperparams_path
@@ -60,8 +60,10 @@ def load_zoo_hyperparams(algo: str, env_id: str) -> dict[str, Any]:
     return params
 
 
-def make_training_env(env_id: str, n_envs: int, seed: int, normalize: bool | str | dict) -> VecEnv:
-    env = make_vec_env(env_id, n_envs=n_envs, seed=seed)
+def make_training_env(env_id: str, n_envs: int, seed: int, normalize: bool | str | dict, subproc: bool = False) -> VecEnv:
+    """``n_envs`` copies of ``env_id`` (in subprocesses if asked), wrapped in ``VecNormalize`` if the yml says so."""
+    vec_env_cls = SubprocVecEnv if subproc and n_envs > 1 else DummyVecEnv
+    env = make_vec_env(env_id, n_envs=n_envs, seed=seed, vec_env_cls=vec_env_cls)
     if normalize:
         kwargs = eval(normalize) if isinstance(normalize, str) else (normalize if isinstance(normalize, dict) else {})
         env = VecNormalize(env, **kwargs)
@@ -127,7 +129,14 @@ class TimedEvalCallback(BaseCallback):
 
 
 def train_and_evaluate(
-    algo: str, env_id: str, seed: int, steps: int | None, eval_freq: int, n_eval_episodes: int, device: str = "cpu"
+    algo: str,
+    env_id: str,
+    seed: int,
+    steps: int | None,
+    eval_freq: int,
+    n_eval_episodes: int,
+    device: str = "cpu",
+    subproc: bool = False,
 ) -> list[EvalPoint]:
     """Train ``algo`` with its zoo hyperparameters on ``env_id``; a failed run returns one point with its error."""
     try:
@@ -136,7 +145,7 @@ def train_and_evaluate(
         n_timesteps = int(params.pop("n_timesteps"))
         normalize = params.pop("normalize", False)
         policy = params.pop("policy")
-        env = make_training_env(env_id, n_envs, seed, normalize)
+        env = make_training_env(env_id, n_envs, seed, normalize, subproc)
         eval_env = make_training_env(env_id, 1, seed + 10_000, normalize)
         if isinstance(eval_env, VecNormalize):
             eval_env.training, eval_env.norm_reward = False, False

@@ -35,6 +35,7 @@ def main() -> None:
     parser.add_argument("--eval-freq", type=int, default=5000, help="environment steps between evaluations")
     parser.add_argument("--eval-episodes", type=int, default=10)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--subproc", nargs="*", default=[], help="algos whose envs run in a SubprocVecEnv")
     parser.add_argument("--out", type=Path, default=Path("results"))
     args = parser.parse_args()
     unknown = [algo for algo in args.algos if algo not in ALGOS]

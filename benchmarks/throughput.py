@@ -41,12 +41,14 @@ class PrecollectedCollector(SyncCollector):
         return segment
 
 
-def build(algo: str, env_id: str, seed: int, device: str, **overrides) -> AsyncOnPolicyAlgorithm:
+def build(algo: str, env_id: str, seed: int, device: str, subproc: bool = False, **overrides) -> AsyncOnPolicyAlgorithm:
     params = load_zoo_hyperparams(algo, env_id)
     n_envs, normalize, policy = params.pop("n_envs", 1), params.pop("normalize", False), params.pop("policy")
     params.pop("n_timesteps")
     params.update(overrides)
-    model = ALGOS[algo](policy, make_training_env(env_id, n_envs, seed, normalize), seed=seed, device=device, **params)
+    model = ALGOS[algo](
+        policy, make_training_env(env_id, n_envs, seed, normalize, subproc), seed=seed, device=device, **params
+    )
     if not isinstance(model, AsyncOnPolicyAlgorithm):
         raise ValueError(f"{algo} has no asynchronous collector")
     return model
@@ -77,6 +79,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--vec-env", choices=["dummy", "subproc"], default="dummy")
     parser.add_argument("--out", type=Path, default=Path("results"))
     args = parser.parse_args()
     if args.algo not in ALGOS:
@@ -84,7 +87,7 @@ def main() -> None:
 
     steps = tqdm(total=4, desc="measurements")
     # C: the sampler alone.
-    model = build(args.algo, args.env, args.seed, args.device, async_collection=False)
+    model = build(args.algo, args.env, args.seed, args.device, args.vec_env == "subproc", async_collection=False)
     model._setup_learn(1, None, True, "throughput", False)
     collector = model._make_collector()
     start = time.perf_counter()
@@ -98,10 +101,10 @@ def main() -> None:
     steps.update()
 
     # T_async and T_sync: the real thing.
-    async_model = build(args.algo, args.env, args.seed, args.device, async_collection=True)
+    async_model = build(args.algo, args.env, args.seed, args.device, args.vec_env == "subproc", async_collection=True)
     async_seconds, async_logs = timed_learn(async_model, args.batches)
     steps.update()
-    sync_model = build(args.algo, args.env, args.seed, args.device, async_collection=False)
+    sync_model = build(args.algo, args.env, args.seed, args.device, args.vec_env == "subproc", async_collection=False)
     sync_seconds, _ = timed_learn(sync_model, args.batches)
     steps.update()
     steps.close()
@@ -111,6 +114,7 @@ def main() -> None:
         "algo": args.algo,
         "env": args.env,
         "batches": args.batches,
+        "vec_env": args.vec_env,
         "batch_env_steps": async_model.n_steps * async_model.n_envs,
         "C_collect_seconds_per_batch": collect_seconds,
         "L_learn_seconds_per_batch": learn_seconds,
@@ -124,9 +128,10 @@ def main() -> None:
         "policy_lag_max": float(np.max(async_logs.get("train/policy_lag_max", [np.nan]))),
         "env_steps_per_second_async": async_model.n_steps * async_model.n_envs / async_seconds,
         "machine": machine_description(),
-        "command": f"python -m benchmarks.throughput --algo {args.algo} --env {args.env} --batches {args.batches}",
+        "command": "python -m benchmarks.throughput "
+        f"--algo {args.algo} --env {args.env} --batches {args.batches} --vec-env {args.vec_env}",
     }
-    write_json(report, args.out / f"throughput_{args.algo}_{args.env}.json")
+    write_json(report, args.out / f"throughput_{args.algo}_{args.env}_{args.vec_env}.json")
     for key, value in report.items():
         if key not in ("machine",):
             print(f"{key:36s} {value:.4g}" if isinstance(value, float) else f"{key:36s} {value}")

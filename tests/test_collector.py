@@ -9,7 +9,7 @@ import torch as th
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.policies import ActorCriticPolicy
 
-from sb3_impact.common.buffers import CircularBuffer
+from sb3_impact.common.buffers import CircularBuffer, TrainingBatch
 from sb3_impact.common.collector import CollectorError, SyncCollector, ThreadCollector
 from sb3_impact.common.segments import SegmentSampler
 
@@ -110,14 +110,31 @@ def test_sync_collector_collects_on_demand():
 
 def test_circular_buffer_reuses_each_batch_k_times_in_turn():
     buffer = CircularBuffer(size=3, max_reuse=2)
-    order, arrivals = [], 0
+    order, uses, arrivals = [], {}, 0
     for _ in range(12):
         if buffer.needs_batch():
-            buffer.put(type("Batch", (), {"uses": 0, "name": arrivals})())
+            buffer.put(TrainingBatch.__new__(TrainingBatch))
+            buffer._slots[buffer._cursor].name = arrivals
             arrivals += 1
-        order.append(buffer.next_batch().name)
-    assert order == [0, 1, 2, 0, 1, 2, 3, 4, 5, 3, 4, 5]
-    assert buffer.released_batches == 6 and buffer.released_uses == 12
+        batch = buffer.next_batch()
+        order.append(batch.name)
+        uses[batch.name] = batch.uses
+    # Warm-up: the third batch gets 2 - 2 * 2 // 3 = 1 use, so that the slots empty one at a time.
+    assert order == [0, 1, 2, 0, 1, 3, 4, 5, 3, 4, 5, 6]
+    assert [uses[name] for name in range(6)] == [2, 2, 1, 2, 2, 2]
+    assert buffer.released_batches == 6 and buffer.released_uses == 11
+
+
+def test_circular_buffer_needs_a_batch_every_k_steps_in_steady_state():
+    buffer = CircularBuffer(size=4, max_reuse=20)
+    arrivals = []
+    for step in range(2000):
+        if buffer.needs_batch():
+            buffer.put(TrainingBatch.__new__(TrainingBatch))
+            arrivals.append(step)
+        assert buffer.next_batch().uses <= 20
+    gaps = np.diff(arrivals[4:])
+    assert gaps.min() >= 16 and gaps.max() <= 24 and abs(gaps.mean() - 20) < 0.5
 
 
 @pytest.mark.parametrize("size,reuse,name", [(0, 1, "circular_buffer_size"), (1, 0, "max_batch_reuse")])

@@ -269,11 +269,11 @@ class AsyncOnPolicyAlgorithm(OnPolicyAlgorithm):
                     self._on_first_use(batch)
                     buffer.put(batch)
                     self.trained_steps += batch.size
+                    self.policy.set_training_mode(True)  # callbacks (evaluation) may have switched it off
                     # Asynchrony: learner updates between the weights that collected the batch and now.
                     self._record_train_stats({"policy_lag": float(self._n_updates - batch.policy_version)})
                 batch = buffer.next_batch()
                 self._update_learning_rate(self.policy.optimizer)
-                self.policy.set_training_mode(True)
                 stats = self._train_step(batch)
                 self._n_updates += 1
                 self._record_train_stats(stats)

@@ -69,17 +69,25 @@ class Collector(ABC):
 class SyncCollector(Collector):
     """Collects in the calling thread: collect, then train, as PPO does."""
 
+    def __init__(self, sampler: SegmentSampler) -> None:
+        super().__init__(sampler)
+        self._pending_weights: tuple[dict[str, th.Tensor], int] | None = None
+
     def start(self) -> None:
         pass
 
     def get_segment(self) -> Segment:
+        if self._pending_weights is not None:
+            self.sampler.load_weights(*self._pending_weights)
+            self._pending_weights = None
         segment = self.sampler.collect()
         self.delivered_steps += segment.size
         return segment
 
     def broadcast(self, state_dict: dict[str, th.Tensor], version: int) -> None:
+        # Loaded when the next segment is collected: broadcasts in between cost only a copy.
         start = time.perf_counter()
-        self.sampler.load_weights(state_dict, version)
+        self._pending_weights = (self.cpu_state_dict(state_dict), version)
         self.broadcast_seconds += time.perf_counter() - start
 
     def close(self) -> None:

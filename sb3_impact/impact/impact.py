@@ -207,35 +207,35 @@ class IMPACT(AsyncOnPolicyAlgorithm):
         value_loss = F.mse_loss(values, batch.value_targets)
         entropy_loss = -entropy.mean()
         loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
-        # KL(pi_target || pi_theta) penalty (Algorithm 1, line 8); without it the KL is only logged.
-        with th.set_grad_enabled(self.kl_coef > 0):
-            kl_to_target = kl_from_params(self.action_space, batch.target_params, distribution).mean()
+        # KL(pi_target || pi_theta) penalty (Algorithm 1, line 8). Without the penalty the KL is only
+        # logged, and only measured at a batch's last use.
+        kl_to_target = None
         if self.kl_coef > 0:
+            kl_to_target = kl_from_params(self.action_space, batch.target_params, distribution).mean()
             loss = loss + self.kl_coef * kl_to_target
+        elif batch.last_use:
+            with th.no_grad():
+                kl_to_target = kl_from_params(self.action_space, batch.target_params, distribution).mean()
         self._clip_gradients_and_step(loss)
 
-        kl_value = kl_to_target.item()
-        if self.kl_coef > 0 and self.kl_target is not None:
-            # Adaptive KL coefficient, as in PPO's adaptive-KL variant.
-            if kl_value > 2.0 * self.kl_target:
-                self.kl_coef *= 1.5
-            elif kl_value < 0.5 * self.kl_target:
-                self.kl_coef *= 0.5
         with th.no_grad():
             is_ratio = th.exp(th.clamp(log_prob - behaviour_log_prob, max=MAX_LOG_RATIO))
-            clip_fraction = (th.abs(ratio - 1) > clip_range).float().mean().item()
-        return {
-            "policy_gradient_loss": policy_loss.item(),
-            "value_loss": value_loss.item(),
-            "entropy_loss": entropy_loss.item(),
-            "kl_to_target": kl_value,
-            "kl_coef": self.kl_coef,
-            "is_ratio_mean": is_ratio.mean().item(),
-            "is_ratio_max": is_ratio.max().item(),
-            "clip_fraction": clip_fraction,
-            "clip_range": clip_range,
-            "loss": loss.item(),
-        }
+            clip_fraction = (th.abs(ratio - 1) > clip_range).float().mean()
+            names = ["policy_gradient_loss", "value_loss", "entropy_loss", "loss", "is_ratio_mean", "is_ratio_max"]
+            names += ["clip_fraction"]
+            values = [policy_loss, value_loss, entropy_loss, loss, is_ratio.mean(), is_ratio.max(), clip_fraction]
+            if kl_to_target is not None:
+                names.append("kl_to_target")
+                values.append(kl_to_target)
+            stats = dict(zip(names, th.stack(values).tolist(), strict=True))  # one device sync
+        if self.kl_coef > 0 and self.kl_target is not None:
+            # Adaptive KL coefficient, as in PPO's adaptive-KL variant.
+            if stats["kl_to_target"] > 2.0 * self.kl_target:
+                self.kl_coef *= 1.5
+            elif stats["kl_to_target"] < 0.5 * self.kl_target:
+                self.kl_coef *= 0.5
+        stats.update(kl_coef=self.kl_coef, clip_range=clip_range)
+        return stats
 
     def dump_logs(self, iteration: int = 0) -> None:
         self.logger.record("train/target_updates", self.target_updates)

@@ -127,14 +127,9 @@ class IMPALA(AsyncOnPolicyAlgorithm):
         self._clip_gradients_and_step(loss)
         with th.no_grad():
             is_ratio = th.exp(th.clamp(log_prob.detach() - batch.behaviour_log_probs.flatten(), max=20.0))
-        return {
-            "policy_gradient_loss": policy_loss.item(),
-            "value_loss": value_loss.item(),
-            "entropy_loss": entropy_loss.item(),
-            "is_ratio_mean": is_ratio.mean().item(),
-            "is_ratio_max": is_ratio.max().item(),
-            "loss": loss.item(),
-        }
+            names = ["policy_gradient_loss", "value_loss", "entropy_loss", "loss", "is_ratio_mean", "is_ratio_max"]
+            values = [policy_loss, value_loss, entropy_loss, loss, is_ratio.mean(), is_ratio.max()]
+            return dict(zip(names, th.stack(values).tolist(), strict=True))  # one device sync
 
     def learn(
         self: SelfIMPALA,
