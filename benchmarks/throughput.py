@@ -80,6 +80,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--vec-env", choices=["dummy", "subproc"], default="dummy")
+    parser.add_argument("--collector", choices=["thread", "process"], default="thread")
     parser.add_argument("--out", type=Path, default=Path("results"))
     args = parser.parse_args()
     if args.algo not in ALGOS:
@@ -101,7 +102,9 @@ def main() -> None:
     steps.update()
 
     # T_async and T_sync: the real thing.
-    async_model = build(args.algo, args.env, args.seed, args.device, args.vec_env == "subproc", async_collection=True)
+    async_model = build(
+        args.algo, args.env, args.seed, args.device, args.vec_env == "subproc", async_collection=True, collector=args.collector
+    )
     async_seconds, async_logs = timed_learn(async_model, args.batches)
     steps.update()
     sync_model = build(args.algo, args.env, args.seed, args.device, args.vec_env == "subproc", async_collection=False)
@@ -115,6 +118,7 @@ def main() -> None:
         "env": args.env,
         "batches": args.batches,
         "vec_env": args.vec_env,
+        "collector": args.collector,
         "batch_env_steps": async_model.n_steps * async_model.n_envs,
         "C_collect_seconds_per_batch": collect_seconds,
         "L_learn_seconds_per_batch": learn_seconds,
@@ -129,9 +133,9 @@ def main() -> None:
         "env_steps_per_second_async": async_model.n_steps * async_model.n_envs / async_seconds,
         "machine": machine_description(),
         "command": "python -m benchmarks.throughput "
-        f"--algo {args.algo} --env {args.env} --batches {args.batches} --vec-env {args.vec_env}",
+        f"--algo {args.algo} --env {args.env} --batches {args.batches} --vec-env {args.vec_env} --collector {args.collector}",
     }
-    write_json(report, args.out / f"throughput_{args.algo}_{args.env}_{args.vec_env}.json")
+    write_json(report, args.out / f"throughput_{args.algo}_{args.env}_{args.vec_env}_{args.collector}.json")
     for key, value in report.items():
         if key not in ("machine",):
             print(f"{key:36s} {value:.4g}" if isinstance(value, float) else f"{key:36s} {value}")

@@ -1,3 +1,4 @@
+import multiprocessing
 import threading
 
 import gymnasium as gym
@@ -31,7 +32,12 @@ def collector_threads() -> list[threading.Thread]:
     return [thread for thread in threading.enumerate() if thread.name == "sb3-impact-collector" and thread.is_alive()]
 
 
+def collector_processes() -> list[multiprocessing.Process]:
+    return [process for process in multiprocessing.active_children() if process.name == "sb3-impact-collector"]
+
+
 @pytest.fixture(autouse=True)
-def no_leftover_collector_threads():
+def no_leftover_collectors():
     yield
     assert collector_threads() == [], "a test left a collector thread running"
+    assert collector_processes() == [], "a test left a collector process running"

@@ -24,7 +24,7 @@ from sb3_impact import IMPACT, IMPALA
 from sb3_impact.common.buffers import TrainingBatch
 from sb3_impact.common.collector import CollectorError
 
-from .conftest import CrashingEnv, collector_threads
+from .conftest import CrashingEnv, collector_processes, collector_threads
 
 ALGOS = [IMPACT, IMPALA]
 SMALL = dict(n_steps=16, policy_kwargs=dict(net_arch=[16]), device="cpu")
@@ -149,17 +149,23 @@ class RaiseAt(BaseCallback):
         return True
 
 
-@pytest.mark.parametrize("async_collection", [True, False])
-def test_keyboard_interrupt_ends_learn_without_leftovers(async_collection):
-    model = IMPACT("MlpPolicy", "CartPole-v1", async_collection=async_collection, **SMALL)
+COLLECTION_MODES = [dict(async_collection=False), dict(collector="thread"), dict(collector="process")]
+MODE_IDS = ["sync", "thread", "process"]
+
+
+@pytest.mark.parametrize("mode", COLLECTION_MODES, ids=MODE_IDS)
+def test_keyboard_interrupt_ends_learn_without_leftovers(mode):
+    model = IMPACT("MlpPolicy", "CartPole-v1", **mode, **SMALL)
     with pytest.raises(KeyboardInterrupt):
         model.learn(10_000, callback=RaiseAt(200, KeyboardInterrupt))
-    assert collector_threads() == []
+    assert collector_threads() == [] and collector_processes() == []
     model.learn(100)  # the model is still usable
+    assert model.sampled_steps == model.trained_steps + model.dropped_steps
 
 
-def test_env_crash_ends_learn_promptly_with_the_cause():
-    model = IMPACT("MlpPolicy", make_vec_env(lambda: CrashingEnv(crash_after=100), n_envs=1), **SMALL)
+@pytest.mark.parametrize("mode", COLLECTION_MODES, ids=MODE_IDS)
+def test_env_crash_ends_learn_promptly_with_the_cause(mode):
+    model = IMPACT("MlpPolicy", make_vec_env(lambda: CrashingEnv(crash_after=100), n_envs=1), **mode, **SMALL)
     start = time.monotonic()
     with pytest.raises(CollectorError) as error_info:
         model.learn(10_000)
@@ -167,9 +173,24 @@ def test_env_crash_ends_learn_promptly_with_the_cause():
     assert "environment exploded" in str(error_info.value.__cause__)
 
 
-def test_subprocess_worker_crash_leaves_no_processes():
+def test_process_collector_mirrors_vec_normalize_and_counts_steps():
+    env = VecNormalize(make_vec_env("Pendulum-v1", n_envs=2, seed=0))
+    model = IMPALA("MlpPolicy", env, collector="process", **SMALL).learn(640)
+    assert env.obs_rms.count > 600  # statistics gathered in the child are visible to the parent
+    assert model.sampled_steps == model.trained_steps + model.dropped_steps
+    assert model._last_obs is None  # the parent's env was not stepped: it is reset before the next learn()
+    model.learn(64)
+
+
+def test_unknown_collector_is_rejected():
+    with pytest.raises(ValueError, match="collector"):
+        IMPACT("MlpPolicy", "CartPole-v1", collector="carrier-pigeon")
+
+
+@pytest.mark.parametrize("mode", COLLECTION_MODES, ids=MODE_IDS)
+def test_subprocess_worker_crash_leaves_no_processes(mode):
     env = SubprocVecEnv([lambda: CrashingEnv(crash_after=40) for _ in range(2)], start_method="fork")
-    model = IMPALA("MlpPolicy", env, **SMALL)
+    model = IMPALA("MlpPolicy", env, **mode, **SMALL)
     start = time.monotonic()
     with pytest.raises(CollectorError):
         model.learn(10_000)

@@ -18,10 +18,14 @@ from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
 from sb3_impact.common.buffers import CircularBuffer, TrainingBatch
 from sb3_impact.common.collector import Collector, CollectorError, SyncCollector, ThreadCollector
 from sb3_impact.common.distributions import check_action_space
+from sb3_impact.common.process_collector import ProcessCollector
 from sb3_impact.common.segments import Segment, SegmentSampler
 from sb3_impact.common.vtrace import fold_truncation_bootstrap, vtrace
 
 SelfAsyncOnPolicyAlgorithm = TypeVar("SelfAsyncOnPolicyAlgorithm", bound="AsyncOnPolicyAlgorithm")
+
+# Asynchronous collectors by name (the ``collector`` parameter).
+COLLECTORS: dict[str, type[Collector]] = {"thread": ThreadCollector, "process": ProcessCollector}
 
 SUPPORTED_OBSERVATION_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary, spaces.Dict)
 
@@ -94,6 +98,7 @@ class AsyncOnPolicyAlgorithm(OnPolicyAlgorithm):
         broadcast_interval: int,
         async_collection: bool,
         collector_queue_size: int,
+        collector: str = "thread",
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
@@ -124,6 +129,8 @@ class AsyncOnPolicyAlgorithm(OnPolicyAlgorithm):
         for name, value in (("ent_coef", ent_coef), ("vf_coef", vf_coef), ("max_grad_norm", max_grad_norm)):
             if value < 0:
                 raise ValueError(f"{name} must be >= 0, got {value}")
+        if collector not in COLLECTORS:
+            raise ValueError(f"collector must be one of {sorted(COLLECTORS)}, got {collector!r}")
         if policy_kwargs and (policy_kwargs.get("use_sde") or policy_kwargs.get("squash_output")):
             raise ValueError("policy_kwargs: use_sde and squash_output are not supported (behaviour storage needs a Gaussian)")
 
@@ -156,6 +163,7 @@ class AsyncOnPolicyAlgorithm(OnPolicyAlgorithm):
         self.broadcast_interval = broadcast_interval
         self.async_collection = async_collection
         self.collector_queue_size = collector_queue_size
+        self.collector = collector
         # Counters of the last learn() call (see _log_collection_counters)
         self.sampled_steps = 0
         self.trained_steps = 0
@@ -205,9 +213,9 @@ class AsyncOnPolicyAlgorithm(OnPolicyAlgorithm):
         assert self.env is not None and self._last_obs is not None
         sampler = SegmentSampler(self.env, self._make_policy_copy("cpu"), self.n_steps, self._last_obs)
         sampler.policy_version = self._n_updates
-        if self.async_collection:
-            return ThreadCollector(sampler, queue_size=self.collector_queue_size)
-        return SyncCollector(sampler)
+        if not self.async_collection:
+            return SyncCollector(sampler)
+        return COLLECTORS[self.collector](sampler, queue_size=self.collector_queue_size)
 
     def _replay_callbacks(self, segment: Segment, callback: BaseCallback) -> bool:
         """Run SB3's per-step bookkeeping for a collected segment, as ``collect_rollouts`` does for PPO."""

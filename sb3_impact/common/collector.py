@@ -80,7 +80,10 @@ class SyncCollector(Collector):
         if self._pending_weights is not None:
             self.sampler.load_weights(*self._pending_weights)
             self._pending_weights = None
-        segment = self.sampler.collect()
+        try:
+            segment = self.sampler.collect()
+        except Exception as error:
+            raise CollectorError(f"collection failed: {error!r}") from error
         self.delivered_steps += segment.size
         return segment
 

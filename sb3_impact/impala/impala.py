@@ -40,7 +40,11 @@ class IMPALA(AsyncOnPolicyAlgorithm):
     :param max_grad_norm: The maximum value for the gradient clipping
     :param async_collection: Collect in a background thread while learning (False: collect, then train;
         reproducible with a seed)
-    :param collector_queue_size: Finished segments that may wait for the learner before collection blocks
+    :param collector_queue_size: Segments that may be ahead of the learner, counting the one being collected
+    :param collector: Where asynchronous collection runs: ``"thread"`` (a background thread; best when the
+        environments step outside the GIL, e.g. in a SubprocVecEnv, or the learner is on a GPU) or
+        ``"process"`` (a forked process; best for small CPU-bound environments, whose Python work would
+        otherwise compete with the learner for the GIL)
     :param stats_window_size: Window size for the rollout logging (episodes)
     :param tensorboard_log: the log location for tensorboard (if None, no logging)
     :param policy_kwargs: additional arguments to be passed to the policy on creation
@@ -74,6 +78,7 @@ class IMPALA(AsyncOnPolicyAlgorithm):
         max_grad_norm: float = 40.0,
         async_collection: bool = True,
         collector_queue_size: int = 1,
+        collector: str = "thread",
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
@@ -101,6 +106,7 @@ class IMPALA(AsyncOnPolicyAlgorithm):
             broadcast_interval=broadcast_interval,
             async_collection=async_collection,
             collector_queue_size=collector_queue_size,
+            collector=collector,
             stats_window_size=stats_window_size,
             tensorboard_log=tensorboard_log,
             policy_kwargs=policy_kwargs,

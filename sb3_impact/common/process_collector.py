@@ -1,0 +1,201 @@
+"""
+A collector that runs in a forked process, for environments and policies whose Python work would
+otherwise compete with the learner for the GIL (small, CPU-bound environments such as classic control).
+
+The child inherits the sampler (the VecEnv and the CPU policy copy) through ``fork``, collects segments
+with PyTorch limited to one thread, and sends them through a queue; weights travel through shared
+memory, copied in by :meth:`ProcessCollector.broadcast` under a lock and read by the child before each
+segment. The parent's copy of the VecEnv is not stepped while the child runs (VecNormalize statistics
+are mirrored back with every segment), so after ``learn()`` the algorithm resets the environment before
+collecting again.
+"""
+
+import multiprocessing as mp
+import os
+import pickle
+import queue
+import time
+import traceback
+import warnings
+from typing import Any
+
+import torch as th
+from stable_baselines3.common.vec_env import VecEnv, VecNormalize
+
+from sb3_impact.common.collector import Collector, CollectorError
+from sb3_impact.common.segments import CollectionInterrupted, Segment, SegmentSampler
+
+
+def _vec_normalize(env: VecEnv) -> VecNormalize | None:
+    while env is not None:
+        if isinstance(env, VecNormalize):
+            return env
+        env = getattr(env, "venv", None)
+    return None
+
+
+def _picklable_error(error: BaseException) -> BaseException:
+    try:
+        pickle.loads(pickle.dumps(error))
+        return error
+    except Exception:  # an exception that does not survive pickling is passed on as its text
+        return RuntimeError(repr(error))
+
+
+def _collect_in_child(
+    sampler: SegmentSampler,
+    segments: Any,
+    stop: Any,
+    credits: Any,
+    weights_lock: Any,
+    shared_weights: dict[str, th.Tensor],
+    shared_version: Any,
+    sampled_steps: Any,
+) -> None:
+    th.set_num_threads(1)
+    local_version = -1
+    normalizer = _vec_normalize(sampler.env)
+    try:
+        while not stop.is_set():
+            if not credits.acquire(timeout=0.05):
+                continue
+            with weights_lock:
+                if shared_version.value != local_version:
+                    sampler.policy.load_state_dict(shared_weights)
+                    local_version = shared_version.value
+            sampler.policy_version = local_version
+            segment = sampler.collect(stop)
+            if normalizer is not None:
+                segment.extras["vec_normalize"] = (normalizer.obs_rms, normalizer.ret_rms)
+            sampled_steps.value = sampler.sampled_steps
+            segments.put(("segment", segment))
+    except CollectionInterrupted:
+        pass
+    except BaseException as error:
+        segments.put(("error", traceback.format_exc(), _picklable_error(error)))
+    finally:
+        sampled_steps.value = sampler.sampled_steps
+
+
+class ProcessCollector(Collector):
+    """
+    Collects in a forked child process (Linux and other platforms with ``fork``).
+
+    Same contract as :class:`~sb3_impact.common.collector.ThreadCollector`: at most ``queue_size``
+    segments ahead of the learner, counting the one being collected; every segment carries the policy
+    version it was collected with; a failure in the child (or the child dying) raises
+    :class:`CollectorError` in :meth:`get_segment`. The child uses one PyTorch thread; while it runs, the
+    learner's intra-op threads are capped at the number of CPUs minus one (restored by :meth:`close`),
+    since oversubscribed cores slow both sides down.
+    """
+
+    join_timeout = 30.0
+
+    def __init__(self, sampler: SegmentSampler, queue_size: int = 1) -> None:
+        super().__init__(sampler)
+        if queue_size < 1:
+            raise ValueError(f"queue_size must be >= 1, got {queue_size}")
+        if "fork" not in mp.get_all_start_methods():
+            raise ValueError("collector='process' needs the 'fork' start method, which this platform lacks")
+        self.queue_size = queue_size
+        self._context = mp.get_context("fork")
+        self._process: Any = None
+        self._sampled_steps: Any = self._context.Value("q", 0, lock=False)
+        self._normalizer = _vec_normalize(sampler.env)
+        self._torch_threads: int | None = None
+        self.queued_steps_dropped = 0
+
+    @property
+    def sampled_steps(self) -> int:
+        return int(self._sampled_steps.value)
+
+    @property
+    def last_observation(self):
+        # The parent's VecEnv was not stepped: the algorithm must reset it before collecting again.
+        return None
+
+    def start(self) -> None:
+        if self._process is not None:
+            raise RuntimeError("ProcessCollector.start() called twice")
+        context = self._context
+        self._segments = context.Queue()
+        self._stop = context.Event()
+        self._credits = context.Semaphore(self.queue_size)
+        self._weights_lock = context.Lock()
+        self._shared_version = context.Value("q", self.sampler.policy_version, lock=False)
+        self._shared_weights = {
+            name: tensor.detach().clone().share_memory_() for name, tensor in self.sampler.policy.state_dict().items()
+        }
+        self._process = context.Process(
+            target=_collect_in_child,
+            args=(
+                self.sampler,
+                self._segments,
+                self._stop,
+                self._credits,
+                self._weights_lock,
+                self._shared_weights,
+                self._shared_version,
+                self._sampled_steps,
+            ),
+            name="sb3-impact-collector",
+            daemon=True,
+        )
+        self._process.start()
+        self._torch_threads = th.get_num_threads()
+        th.set_num_threads(max(1, min(self._torch_threads, (os.cpu_count() or 2) - 1)))
+
+    def get_segment(self) -> Segment:
+        while True:
+            try:
+                message = self._segments.get(timeout=0.05)
+            except queue.Empty:
+                if not self._process.is_alive():
+                    raise CollectorError(f"the collector process exited with code {self._process.exitcode}") from None
+                continue
+            if message[0] == "error":
+                _, child_traceback, error = message
+                raise CollectorError(f"the collector process failed:\n{child_traceback}") from error
+            segment: Segment = message[1]
+            self._credits.release()
+            if self._normalizer is not None and "vec_normalize" in segment.extras:
+                self._normalizer.obs_rms, self._normalizer.ret_rms = segment.extras.pop("vec_normalize")
+            self.delivered_steps += segment.size
+            return segment
+
+    def broadcast(self, state_dict: dict[str, th.Tensor], version: int) -> None:
+        start = time.perf_counter()
+        with self._weights_lock, th.no_grad():
+            for name, tensor in state_dict.items():
+                self._shared_weights[name].copy_(tensor)
+            self._shared_version.value = version
+        self.broadcast_seconds += time.perf_counter() - start
+
+    def _drain(self) -> None:
+        while True:
+            try:
+                message = self._segments.get_nowait()
+            except (queue.Empty, OSError, ValueError):
+                return
+            if message[0] == "segment":
+                self.queued_steps_dropped += message[1].size
+
+    def close(self) -> None:
+        if self._process is None:
+            return
+        self._stop.set()
+        deadline = time.monotonic() + self.join_timeout
+        while self._process.is_alive() and time.monotonic() < deadline:
+            self._drain()  # a child with unflushed queue items cannot exit
+            self._process.join(timeout=0.05)
+        if self._process.is_alive():
+            warnings.warn("the collector process did not stop in time and was terminated", RuntimeWarning, stacklevel=2)
+            self._process.terminate()
+            self._process.join(timeout=5)
+        self._drain()
+        self._segments.close()
+        self._segments.join_thread()
+        self._process = None
+        if self._torch_threads is not None:
+            th.set_num_threads(self._torch_threads)
+            self._torch_threads = None
