@@ -20,7 +20,9 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv,
 from sb3_impact.zoo import ZOO_ALGOS as IMPACT_ALGOS
 from sb3_impact.zoo import hyperparams_path
 
-ALGOS = {**ZOO_ALGOS, **IMPACT_ALGOS}
+# Pseudo-algorithms: an algorithm with its constructor defaults on one env (what `IMPACT("MlpPolicy", env_id)` does).
+DEFAULT_VARIANTS = {"impact_default": IMPACT_ALGOS["impact"], "impala_default": IMPACT_ALGOS["impala"]}
+ALGOS = {**ZOO_ALGOS, **IMPACT_ALGOS, **DEFAULT_VARIANTS}
 THRESHOLDS = {"CartPole-v1": 475.0, "Pendulum-v1": -200.0}
 ZOO_ONLY_KEYS = {"n_envs", "n_timesteps", "normalize", "policy"}
 
@@ -45,6 +47,8 @@ def load_zoo_hyperparams(algo: str, env_id: str) -> dict[str, Any]:
     """The rl-zoo3 yml entry of ``env_id``, with ``lin_`` schedules and ``policy_kwargs`` strings resolved."""
     if algo not in ALGOS:
         raise ValueError(f"unknown algo {algo!r}; valid names: {', '.join(sorted(ALGOS))}")
+    if algo in DEFAULT_VARIANTS:
+        return {"policy": "MlpPolicy", "n_envs": 1, "n_timesteps": 100_000}
     config = yaml.safe_load(zoo_yml_path(algo).read_text())
     if env_id not in config:
         raise ValueError(f"{algo}: no hyperparameters for {env_id!r} in {zoo_yml_path(algo)}; valid: {', '.join(config)}")
