@@ -227,6 +227,7 @@ def test_logs_train_and_collector_keys(tmp_path):
         "train/policy_lag",
         "train/policy_lag_max",
         "train/buffer_batches_released",
+        "train/buffer_reuse_mean",
         "collector/sampled_steps",
         "collector/trained_steps",
         "collector/dropped_steps",

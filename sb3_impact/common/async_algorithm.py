@@ -249,7 +249,6 @@ class AsyncOnPolicyAlgorithm(OnPolicyAlgorithm):
         total_timesteps, callback = self._setup_learn(
             total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
         )
-        callback.on_training_start(locals(), globals())
         assert self.env is not None
 
         buffer = CircularBuffer(self.circular_buffer_size, self.max_batch_reuse)
@@ -260,7 +259,10 @@ class AsyncOnPolicyAlgorithm(OnPolicyAlgorithm):
         self.trained_steps = 0
         failed = False
         try:
+            # Started before the callbacks (a progress bar's thread, say), so that a forked collector
+            # process copies no thread that holds a lock.
             collector.start()
+            callback.on_training_start(locals(), globals())
             while True:
                 if buffer.needs_batch():
                     # Stop where new data would be needed: every batch in the buffer has had its scheduled uses.
@@ -407,5 +409,8 @@ class AsyncOnPolicyAlgorithm(OnPolicyAlgorithm):
         if self._circular_buffer is not None:
             self.logger.record("train/buffer_batches", len(self._circular_buffer))
             self.logger.record("train/buffer_batches_released", self._circular_buffer.released_batches)
+            if self._circular_buffer.released_batches > 0:
+                reuse = self._circular_buffer.released_uses / self._circular_buffer.released_batches
+                self.logger.record("train/buffer_reuse_mean", reuse)
         self._log_collection_counters()
         super().dump_logs(iteration)
