@@ -165,8 +165,13 @@ def train_and_evaluate(
 
 
 def first_reaching(points: list[EvalPoint], threshold: float) -> EvalPoint | None:
-    """The first evaluation point whose mean return is >= threshold."""
-    return next((point for point in points if point.status == "ok" and point.eval_mean >= threshold), None)
+    """
+    The first evaluation point after training started whose mean return is >= threshold.
+
+    The evaluation before any training (step 0) does not count: a lucky initialisation can balance
+    CartPole deterministically (seen with seed 0), which says nothing about the algorithm.
+    """
+    return next((p for p in points if p.status == "ok" and p.steps > 0 and p.eval_mean >= threshold), None)
 
 
 def ratio_summary(values: list[float]) -> dict[str, float | None]:
@@ -192,6 +197,10 @@ def threshold_summary(points: list[EvalPoint], threshold: float, baseline: str) 
             "steps_to_threshold": [hit.steps if hit else None for hit in hits],
             "wall_seconds_to_threshold": [round(hit.wall_seconds, 2) if hit else None for hit in hits],
             "final_eval_mean": [by_run[(algo, seed)][-1].eval_mean for seed in seeds],
+            "best_eval_mean": [max(p.eval_mean for p in by_run[(algo, seed)] if p.steps > 0) for seed in seeds],
+            "best_eval_steps": [
+                max((p for p in by_run[(algo, seed)] if p.steps > 0), key=lambda p: p.eval_mean).steps for seed in seeds
+            ],
         }
         entry["median_steps"] = ratio_summary(entry["steps_to_threshold"])["median"]
         entry["median_wall_seconds"] = ratio_summary(entry["wall_seconds_to_threshold"])["median"]

@@ -19,6 +19,7 @@ from benchmarks.common import (
     THRESHOLDS,
     machine_description,
     plot_curves,
+    read_csv,
     threshold_summary,
     train_and_evaluate,
     write_csv,
@@ -31,6 +32,10 @@ def main() -> None:
     parser.add_argument("--envs", nargs="+", default=["CartPole-v1", "Pendulum-v1"])
     parser.add_argument("--algos", nargs="+", default=["ppo", "impact"], help="the first one is the baseline")
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument(
+        "--summarize", nargs="+", type=Path, default=None, help="only summarize and plot these CSV files (merged)"
+    )
     parser.add_argument("--steps", type=int, default=None, help="override the yml's n_timesteps")
     parser.add_argument("--eval-freq", type=int, default=5000, help="environment steps between evaluations")
     parser.add_argument("--eval-episodes", type=int, default=10)
@@ -45,12 +50,19 @@ def main() -> None:
     if unknown_envs:
         parser.error(f"no threshold for {unknown_envs}; known envs: {', '.join(THRESHOLDS)}")
 
-    runs = [(env, seed, algo) for env in args.envs for seed in range(args.seeds) for algo in args.algos]
-    points_by_env: dict[str, list] = {env: [] for env in args.envs}
+    if args.summarize:
+        points = [point for path in args.summarize for point in read_csv(path)]
+        args.envs = sorted({point.env for point in points})
+        points_by_env = {env: [point for point in points if point.env == env] for env in args.envs}
+        runs = []
+    else:
+        seeds = range(args.first_seed, args.first_seed + args.seeds)
+        runs = [(env, seed, algo) for env in args.envs for seed in seeds for algo in args.algos]
+        points_by_env = {env: [] for env in args.envs}
     try:
-        for env, seed, algo in tqdm(runs, desc="runs"):
+        for env, seed, algo in tqdm(runs, desc="runs", disable=not runs):
             points_by_env[env] += train_and_evaluate(
-                algo, env, seed, args.steps, args.eval_freq, args.eval_episodes, args.device
+                algo, env, seed, args.steps, args.eval_freq, args.eval_episodes, args.device, algo in args.subproc
             )
     except KeyboardInterrupt:
         print("interrupted: writing the runs that finished")
@@ -59,21 +71,13 @@ def main() -> None:
             continue
         write_csv(points, args.out / f"{env}.csv")
         summary = threshold_summary(points, THRESHOLDS[env], baseline=args.algos[0])
-        summary.update(
-            env=env,
-            machine=machine_description(),
-            command=" ".join(
-                [
-                    "python -m benchmarks.impact_vs_ppo",
-                    *[
-                        f"--envs {env}",
-                        f"--algos {' '.join(args.algos)}",
-                        f"--seeds {args.seeds}",
-                        f"--eval-freq {args.eval_freq}",
-                    ],
-                ]
-            ),
-        )
+        seeds = sorted({point.seed for point in points})
+        algos = " ".join(sorted({point.algo for point in points}, key=lambda a: a != args.algos[0]))
+        command = f"python -m benchmarks.impact_vs_ppo --envs {env} --algos {algos} --seeds {len(seeds)}"
+        command += f" --eval-freq {args.eval_freq} --eval-episodes {args.eval_episodes}"
+        if args.subproc:
+            command += f" --subproc {' '.join(args.subproc)}"
+        summary.update(env=env, seeds=seeds, machine=machine_description(), command=command)
         write_json(summary, args.out / f"{env}.json")
         plot_curves(points, args.out / f"{env}.png", THRESHOLDS[env])
         print(f"\n{env} (threshold {THRESHOLDS[env]}):")

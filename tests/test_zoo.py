@@ -78,3 +78,13 @@ def test_hook_opt_out_variable():
 def test_startup_does_not_import_torch():
     code = "import sys; print('torch' in sys.modules)"
     assert run([sys.executable, "-c", code], cwd=REPO_ROOT).stdout.strip() == "False"
+
+
+def test_startup_files_point_at_the_hook():
+    """``sb3_impact.start`` (PEP 829: ``module:callable``) and the ``.pth`` import line name the same hook."""
+    import importlib
+
+    module_name, function_name = (REPO_ROOT / "sb3_impact.start").read_text().strip().split(":")
+    assert callable(getattr(importlib.import_module(module_name), function_name))
+    pth_line = (REPO_ROOT / "sb3_impact.pth").read_text().strip()
+    assert pth_line.startswith("import ") and f"{module_name}.{function_name}()" in pth_line

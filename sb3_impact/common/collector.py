@@ -2,11 +2,13 @@
 Collectors feed :class:`~sb3_impact.common.segments.Segment` objects to a learner.
 
 The learner only talks to the small :class:`Collector` interface, so a collector that runs its
-environments elsewhere (a Ray-based one, say) plugs in beside the two here:
+environments elsewhere (a Ray-based one, say) plugs in beside the ones provided:
 
 - :class:`SyncCollector` collects a segment when asked, in the learner's thread (reproducible with a seed);
 - :class:`ThreadCollector` collects continuously in a background thread with a stale copy of the policy,
-  and hands segments over through a bounded queue (the thread blocks when the learner falls behind).
+  at most ``queue_size`` segments ahead of the learner (backpressure, bounded memory);
+- :class:`~sb3_impact.common.process_collector.ProcessCollector` does the same in a forked process, for
+  CPU-bound environments whose Python work would otherwise share the GIL with the learner.
 """
 
 import queue
