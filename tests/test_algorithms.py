@@ -354,3 +354,31 @@ def test_synchronous_impact_with_one_batch_and_k_passes_is_ppo(env_id):
     assert impact._n_updates == ppo._n_updates == 4 * 3
     for (name, expected), actual in zip(ppo.policy.state_dict().items(), impact.policy.state_dict().values(), strict=True):
         th.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-5, msg=name)
+
+
+class FirstActions(BaseCallback):
+    def __init__(self) -> None:
+        super().__init__()
+        self.actions: list[np.ndarray] = []
+
+    def _on_step(self) -> bool:
+        if len(self.actions) < 20:
+            self.actions.append(np.array(self.locals["actions"]))
+        return True
+
+
+def test_process_collector_draws_new_randomness_at_every_learn():
+    model = IMPALA("MlpPolicy", make_vec_env("CartPole-v1", n_envs=2, seed=0), collector="process", learning_rate=0.0, **SMALL)
+    first, second = FirstActions(), FirstActions()
+    model.learn(64, callback=first)
+    model.learn(64, callback=second, reset_num_timesteps=False)
+    assert not np.array_equal(np.stack(first.actions), np.stack(second.actions))
+
+
+def test_adaptive_kl_coefficient_never_underflows():
+    model = IMPACT(
+        "MlpPolicy", "CartPole-v1", kl_coef=0.2, kl_target=0.01, learning_rate=1e-4, async_collection=False, **SMALL
+    )
+    model.n_steps = 4
+    model.learn(600)
+    assert model._n_updates > 1000 and model.use_kl_penalty and model.kl_coef >= 1e-6

@@ -88,3 +88,11 @@ def test_startup_files_point_at_the_hook():
     assert callable(getattr(importlib.import_module(module_name), function_name))
     pth_line = (REPO_ROOT / "sb3_impact.pth").read_text().strip()
     assert pth_line.startswith("import ") and f"{module_name}.{function_name}()" in pth_line
+
+
+def test_register_keeps_a_user_config():
+    register()
+    from rl_zoo3.exp_manager import ExperimentManager
+
+    manager = ExperimentManager(args=None, algo="impact", env_id="CartPole-v1", log_folder="unused", config="mypkg.hparams")
+    assert manager.config == "mypkg.hparams"

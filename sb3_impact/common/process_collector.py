@@ -14,11 +14,13 @@ import multiprocessing as mp
 import os
 import pickle
 import queue
+import random
 import time
 import traceback
 import warnings
 from typing import Any
 
+import numpy as np
 import torch as th
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
@@ -43,6 +45,7 @@ def _picklable_error(error: BaseException) -> BaseException:
 
 
 def _collect_in_child(
+    seed: int,
     sampler: SegmentSampler,
     segments: Any,
     stop: Any,
@@ -56,6 +59,13 @@ def _collect_in_child(
     local_version = -1
     normalizer = _vec_normalize(sampler.env)
     try:
+        # The fork copied the parent's random states and its (unstepped) env: draw fresh ones, so that
+        # successive learn() calls do not replay the same actions and episode starts.
+        th.manual_seed(seed)
+        np.random.seed(seed % 2**32)
+        random.seed(seed)
+        sampler.env.seed(seed)
+        sampler.last_observation = sampler.env.reset()
         while not stop.is_set():
             if not credits.acquire(timeout=0.05):
                 continue
@@ -126,9 +136,12 @@ class ProcessCollector(Collector):
         self._shared_weights = {
             name: tensor.detach().clone().share_memory_() for name, tensor in self.sampler.policy.state_dict().items()
         }
+        # Drawn from (and advancing) the parent's generator: reproducible with a seed, new at every start.
+        seed = int(th.randint(0, 2**31 - 1, (1,)).item())
         self._process = context.Process(
             target=_collect_in_child,
             args=(
+                seed,
                 self.sampler,
                 self._segments,
                 self._stop,
@@ -150,9 +163,12 @@ class ProcessCollector(Collector):
             try:
                 message = self._segments.get(timeout=0.05)
             except queue.Empty:
-                if not self._process.is_alive():
+                if self._process.is_alive():
+                    continue
+                try:  # the child's last message (its error, say) may still be in transit
+                    message = self._segments.get(timeout=0.5)
+                except queue.Empty:
                     raise CollectorError(f"the collector process exited with code {self._process.exitcode}") from None
-                continue
             if message[0] == "error":
                 _, child_traceback, error = message
                 raise CollectorError(f"the collector process failed:\n{child_traceback}") from error
@@ -165,10 +181,17 @@ class ProcessCollector(Collector):
 
     def broadcast(self, state_dict: dict[str, th.Tensor], version: int) -> None:
         start = time.perf_counter()
-        with self._weights_lock, th.no_grad():
-            for name, tensor in state_dict.items():
-                self._shared_weights[name].copy_(tensor)
+        # A child that died holding the lock never releases it: wait in slices and check it is alive.
+        while not self._weights_lock.acquire(timeout=0.5):
+            if not self._process.is_alive():
+                raise CollectorError(f"the collector process exited with code {self._process.exitcode}")
+        try:
+            with th.no_grad():
+                for name, tensor in state_dict.items():
+                    self._shared_weights[name].copy_(tensor)
             self._shared_version.value = version
+        finally:
+            self._weights_lock.release()
         self.broadcast_seconds += time.perf_counter() - start
 
     def _drain(self) -> None:

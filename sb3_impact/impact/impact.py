@@ -151,6 +151,7 @@ class IMPACT(AsyncOnPolicyAlgorithm):
         self.target_update_interval = target_update_interval
         self.kl_coef = kl_coef
         self.kl_target = kl_target
+        self.use_kl_penalty = kl_coef > 0
         self.target_updates = 0
         self._target_policy: ActorCriticPolicy | None = None
         if _init_setup_model:
@@ -216,7 +217,7 @@ class IMPACT(AsyncOnPolicyAlgorithm):
         # KL(pi_target || pi_theta) penalty (Algorithm 1, line 8). Without the penalty the KL is only
         # logged, and only measured at a batch's last use.
         kl_to_target = None
-        if self.kl_coef > 0:
+        if self.use_kl_penalty:
             kl_to_target = kl_from_params(self.action_space, batch.target_params, distribution).mean()
             loss = loss + self.kl_coef * kl_to_target
         elif batch.last_use:
@@ -234,12 +235,13 @@ class IMPACT(AsyncOnPolicyAlgorithm):
                 names.append("kl_to_target")
                 values.append(kl_to_target)
             stats = dict(zip(names, th.stack(values).tolist(), strict=True))  # one device sync
-        if self.kl_coef > 0 and self.kl_target is not None:
-            # Adaptive KL coefficient, as in PPO's adaptive-KL variant.
+        if self.use_kl_penalty and self.kl_target is not None:
+            # Adaptive KL coefficient, as in PPO's adaptive-KL variant, kept within [1e-6, 1e6] so that a
+            # long run of small KLs (right after target updates) cannot underflow it to 0.
             if stats["kl_to_target"] > 2.0 * self.kl_target:
-                self.kl_coef *= 1.5
+                self.kl_coef = min(self.kl_coef * 1.5, 1e6)
             elif stats["kl_to_target"] < 0.5 * self.kl_target:
-                self.kl_coef *= 0.5
+                self.kl_coef = max(self.kl_coef * 0.5, 1e-6)
         stats.update(kl_coef=self.kl_coef, clip_range=clip_range)
         return stats
 

@@ -39,7 +39,10 @@ def patch_experiment_manager() -> None:
 
     def __init__(self, *args, **kwargs) -> None:
         original_init(self, *args, **kwargs)
-        if self.algo in ZOO_ALGOS and not Path(self.config).is_file():
+        # Only rl-zoo3's default path (hyperparams/ALGO.yml inside rl_zoo3, absent for our algorithms) is
+        # replaced: a -conf file or Python module given by the user stays.
+        default_suffix = str(Path("hyperparams") / f"{self.algo}.yml")
+        if self.algo in ZOO_ALGOS and self.config.endswith(default_suffix) and not Path(self.config).is_file():
             self.config = str(hyperparams_path(self.algo))
 
     __init__._sb3_impact_patched = True  # type: ignore[attr-defined]
