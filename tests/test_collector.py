@@ -55,8 +55,11 @@ def test_thread_collector_blocks_when_learner_does_not_consume():
     collector = ThreadCollector(sampler, queue_size=2)
     collector.start()
     try:
-        time.sleep(1.0)
         segment_size = 10 * 2
+        deadline = time.monotonic() + 30
+        while collector.sampled_steps < 2 * segment_size and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # time enough to collect more, were it allowed to
         # At most queue_size segments ahead of the learner: backpressure, not unbounded memory.
         assert collector.sampled_steps == 2 * segment_size
         assert collector.get_segment().size == segment_size

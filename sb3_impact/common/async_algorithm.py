@@ -27,6 +27,10 @@ SelfAsyncOnPolicyAlgorithm = TypeVar("SelfAsyncOnPolicyAlgorithm", bound="AsyncO
 # Asynchronous collectors by name (the ``collector`` parameter).
 COLLECTORS: dict[str, type[Collector]] = {"thread": ThreadCollector, "process": ProcessCollector}
 
+# exp() of a log-ratio beyond this is clamped: the PPO clip already zeroes the gradient of such samples
+# on the clipped side, and the clamp keeps the unclipped side and the logged ratios finite.
+MAX_LOG_RATIO = 20.0
+
 SUPPORTED_OBSERVATION_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary, spaces.Dict)
 
 
@@ -370,12 +374,16 @@ class AsyncOnPolicyAlgorithm(OnPolicyAlgorithm):
             advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
         return advantages
 
-    def _clip_gradients_and_step(self, loss: th.Tensor) -> float:
+    def _clip_gradients_and_step(self, loss: th.Tensor) -> None:
         self.policy.optimizer.zero_grad()
         loss.backward()
-        grad_norm = th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
+        th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
         self.policy.optimizer.step()
-        return float(grad_norm)
+
+    @staticmethod
+    def _behaviour_ratio(log_prob: th.Tensor, batch: TrainingBatch) -> th.Tensor:
+        """``pi / pi_worker`` per sample, for logging (no gradient)."""
+        return th.exp(th.clamp(log_prob.detach() - batch.behaviour_log_probs.flatten(), max=MAX_LOG_RATIO))
 
     # ------------------------------------------------------------------ logging
 

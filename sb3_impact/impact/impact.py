@@ -9,16 +9,12 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedul
 from stable_baselines3.common.utils import FloatSchedule
 from torch.nn import functional as F
 
-from sb3_impact.common.async_algorithm import AsyncOnPolicyAlgorithm, evaluate_policy_and_values
+from sb3_impact.common.async_algorithm import MAX_LOG_RATIO, AsyncOnPolicyAlgorithm, evaluate_policy_and_values
 from sb3_impact.common.buffers import TrainingBatch
 from sb3_impact.common.distributions import behaviour_params, kl_from_params
 from sb3_impact.impact.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
 SelfIMPACT = TypeVar("SelfIMPACT", bound="IMPACT")
-
-# exp() of a log-ratio beyond this is clamped: the PPO clip already zeroes the gradient of such samples
-# on the clipped side, and the clamp keeps the unclipped side finite.
-MAX_LOG_RATIO = 20.0
 
 
 class IMPACT(AsyncOnPolicyAlgorithm):
@@ -226,7 +222,7 @@ class IMPACT(AsyncOnPolicyAlgorithm):
         self._clip_gradients_and_step(loss)
 
         with th.no_grad():
-            is_ratio = th.exp(th.clamp(log_prob - behaviour_log_prob, max=MAX_LOG_RATIO))
+            is_ratio = self._behaviour_ratio(log_prob, batch)
             clip_fraction = (th.abs(ratio - 1) > clip_range).float().mean()
             names = ["policy_gradient_loss", "value_loss", "entropy_loss", "loss", "is_ratio_mean", "is_ratio_max"]
             names += ["clip_fraction"]
