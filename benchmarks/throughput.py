@@ -9,7 +9,7 @@ Measures, per batch (one collected segment of n_steps x n_envs environment steps
 - T_async: the asynchronous run's time per batch, and T_async / max(C, L) (1.0 is perfect overlap);
 - T_sync: the synchronous run's time per batch (about C + L);
 - the weight-broadcast time as a share of learner time, and the policy lag (mean, max).
-Writes results/throughput_ALGO_ENV.json.
+Writes results/throughput_ALGO_ENV_VECENV_COLLECTOR.json (Ctrl-C writes the measurements that finished).
 """
 
 import argparse
@@ -22,8 +22,16 @@ import numpy as np
 from stable_baselines3.common.logger import configure
 from tqdm.auto import tqdm
 
-from benchmarks.common import ALGOS, load_zoo_hyperparams, machine_description, make_training_env, write_json
-from sb3_impact.common.async_algorithm import AsyncOnPolicyAlgorithm
+from benchmarks.common import (
+    ALGOS,
+    load_zoo_hyperparams,
+    machine_description,
+    make_training_env,
+    split_env_params,
+    validate_names,
+    write_json,
+)
+from sb3_impact.common.async_algorithm import COLLECTORS, AsyncOnPolicyAlgorithm
 from sb3_impact.common.collector import SyncCollector
 
 
@@ -42,13 +50,18 @@ class PrecollectedCollector(SyncCollector):
 
 
 def build(algo: str, env_id: str, seed: int, device: str, subproc: bool = False, **overrides) -> AsyncOnPolicyAlgorithm:
-    params = load_zoo_hyperparams(algo, env_id)
-    n_envs, normalize, policy = params.pop("n_envs", 1), params.pop("normalize", False), params.pop("policy")
-    params.pop("n_timesteps")
+    env_params, params = split_env_params(load_zoo_hyperparams(algo, env_id))
     params.update(overrides)
-    model = ALGOS[algo](
-        policy, make_training_env(env_id, n_envs, seed, normalize, subproc), seed=seed, device=device, **params
+    env = make_training_env(
+        env_id,
+        env_params.get("n_envs", 1),
+        seed,
+        env_params.get("normalize", False),
+        subproc,
+        env_wrapper=env_params.get("env_wrapper"),
+        frame_stack=env_params.get("frame_stack"),
     )
+    model = ALGOS[algo](env_params["policy"], env, seed=seed, device=device, **params)
     if not isinstance(model, AsyncOnPolicyAlgorithm):
         raise ValueError(f"{algo} has no asynchronous collector")
     return model
@@ -72,73 +85,95 @@ def timed_learn(model: AsyncOnPolicyAlgorithm, n_batches: int) -> tuple[float, d
     return seconds / n_batches, columns
 
 
-def main() -> None:
+def derived_figures(report: dict) -> None:
+    """Add the ratios to ``report`` once the measurements they need are in it."""
+    c, learn = report.get("C_collect_seconds_per_batch"), report.get("L_learn_seconds_per_batch")
+    t_async, t_sync = report.get("T_async_seconds_per_batch"), report.get("T_sync_seconds_per_batch")
+    if c is not None and learn is not None:
+        report["C_plus_L"] = c + learn
+        if t_async is not None:
+            report["T_async_over_max_C_L"] = t_async / max(c, learn)
+    if t_async is not None and t_sync is not None:
+        report["T_sync_over_T_async"] = t_sync / t_async
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algo", default="impact")
     parser.add_argument("--env", default="CartPole-v1")
     parser.add_argument("--batches", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", default="cpu", help="learner device (collectors always run on CPU)")
     parser.add_argument("--vec-env", choices=["dummy", "subproc"], default="dummy")
-    parser.add_argument("--collector", choices=["thread", "process"], default="thread")
+    parser.add_argument("--collector", choices=sorted(COLLECTORS), default="thread")
     parser.add_argument("--out", type=Path, default=Path("results"))
-    args = parser.parse_args()
-    if args.algo not in ALGOS:
-        parser.error(f"unknown algo {args.algo!r}; valid names: {', '.join(sorted(ALGOS))}")
-
-    steps = tqdm(total=4, desc="measurements")
-    # C: the sampler alone.
-    model = build(args.algo, args.env, args.seed, args.device, args.vec_env == "subproc", async_collection=False)
-    model._setup_learn(1, None, True, "throughput", False)
-    collector = model._make_collector()
-    start = time.perf_counter()
-    segments = [collector.get_segment() for _ in range(args.batches)]
-    collect_seconds = (time.perf_counter() - start) / args.batches
-    steps.update()
-
-    # L: the learner alone, fed the same segments.
-    model._make_collector = lambda: PrecollectedCollector(collector.sampler, segments)  # type: ignore[method-assign]
-    learn_seconds, _ = timed_learn(model, args.batches)
-    steps.update()
-
-    # T_async and T_sync: the real thing.
-    async_model = build(
-        args.algo, args.env, args.seed, args.device, args.vec_env == "subproc", async_collection=True, collector=args.collector
-    )
-    async_seconds, async_logs = timed_learn(async_model, args.batches)
-    steps.update()
-    sync_model = build(args.algo, args.env, args.seed, args.device, args.vec_env == "subproc", async_collection=False)
-    sync_seconds, _ = timed_learn(sync_model, args.batches)
-    steps.update()
-    steps.close()
-
-    broadcast_share = async_model._broadcast_seconds / (async_seconds * args.batches)
-    report = {
+    args = parser.parse_args(argv)
+    try:
+        validate_names([args.algo], [args.env])
+    except ValueError as error:
+        parser.error(str(error))
+    subproc = args.vec_env == "subproc"
+    report: dict = {
         "algo": args.algo,
         "env": args.env,
         "batches": args.batches,
         "vec_env": args.vec_env,
         "collector": args.collector,
-        "batch_env_steps": async_model.n_steps * async_model.n_envs,
-        "C_collect_seconds_per_batch": collect_seconds,
-        "L_learn_seconds_per_batch": learn_seconds,
-        "T_async_seconds_per_batch": async_seconds,
-        "T_sync_seconds_per_batch": sync_seconds,
-        "C_plus_L": collect_seconds + learn_seconds,
-        "T_async_over_max_C_L": async_seconds / max(collect_seconds, learn_seconds),
-        "T_sync_over_T_async": sync_seconds / async_seconds,
-        "broadcast_share_of_learner_time": broadcast_share,
-        "policy_lag_mean": float(np.mean(async_logs.get("train/policy_lag", [np.nan]))),
-        "policy_lag_max": float(np.max(async_logs.get("train/policy_lag_max", [np.nan]))),
-        "env_steps_per_second_async": async_model.n_steps * async_model.n_envs / async_seconds,
-        "machine": machine_description(),
+        "device": args.device,
+        "machine": machine_description(args.device),
         "command": "python -m benchmarks.throughput "
-        f"--algo {args.algo} --env {args.env} --batches {args.batches} --vec-env {args.vec_env} --collector {args.collector}",
+        f"--algo {args.algo} --env {args.env} --batches {args.batches} --vec-env {args.vec_env} --collector {args.collector}"
+        + (f" --device {args.device}" if args.device != "cpu" else ""),
     }
-    write_json(report, args.out / f"throughput_{args.algo}_{args.env}_{args.vec_env}_{args.collector}.json")
+    out = args.out / f"throughput_{args.algo}_{args.env}_{args.vec_env}_{args.collector}.json"
+    progress = tqdm(total=4, desc="throughput: C")
+    try:
+        # C: the sampler alone.
+        model = build(args.algo, args.env, args.seed, args.device, subproc, async_collection=False)
+        model._setup_learn(1, None, True, "throughput", False)
+        collector = model._make_collector()
+        report["batch_env_steps"] = model.n_steps * model.n_envs
+        start = time.perf_counter()
+        segments = [collector.get_segment() for _ in tqdm(range(args.batches), desc="collecting", leave=False)]
+        report["C_collect_seconds_per_batch"] = (time.perf_counter() - start) / args.batches
+        progress.update()
+
+        # L: the learner alone, fed the same segments.
+        progress.set_description("throughput: L")
+        model._make_collector = lambda: PrecollectedCollector(collector.sampler, segments)  # type: ignore[method-assign]
+        report["L_learn_seconds_per_batch"], _ = timed_learn(model, args.batches)
+        model.env.close()
+        progress.update()
+
+        # T_async and T_sync: the real thing.
+        progress.set_description("throughput: T_async")
+        async_model = build(
+            args.algo, args.env, args.seed, args.device, subproc, async_collection=True, collector=args.collector
+        )
+        async_seconds, async_logs = timed_learn(async_model, args.batches)
+        async_model.env.close()
+        report["T_async_seconds_per_batch"] = async_seconds
+        report["broadcast_share_of_learner_time"] = async_model._broadcast_seconds / (async_seconds * args.batches)
+        report["policy_lag_mean"] = float(np.mean(async_logs.get("train/policy_lag", [np.nan])))
+        report["policy_lag_max"] = float(np.max(async_logs.get("train/policy_lag_max", [np.nan])))
+        report["env_steps_per_second_async"] = report["batch_env_steps"] / async_seconds
+        progress.update()
+        progress.set_description("throughput: T_sync")
+        sync_model = build(args.algo, args.env, args.seed, args.device, subproc, async_collection=False)
+        report["T_sync_seconds_per_batch"], _ = timed_learn(sync_model, args.batches)
+        sync_model.env.close()
+        progress.update()
+    except KeyboardInterrupt:
+        report["interrupted"] = True
+        print("\ninterrupted: writing the measurements that finished")
+    finally:
+        progress.close()
+    derived_figures(report)
+    write_json(report, out)
     for key, value in report.items():
-        if key not in ("machine",):
+        if key != "machine":
             print(f"{key:36s} {value:.4g}" if isinstance(value, float) else f"{key:36s} {value}")
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -8,13 +8,22 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.common import EvalPoint, first_reaching, load_zoo_hyperparams, read_csv, threshold_summary, write_csv
+from benchmarks.common import (
+    EvalPoint,
+    first_reaching,
+    load_zoo_hyperparams,
+    read_csv,
+    threshold_summary,
+    validate_names,
+    write_csv,
+    write_json,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-def curve(algo, seed, steps_and_returns, seconds_per_step):
-    return [EvalPoint(algo, "Env-v0", seed, s, s * seconds_per_step, r, 0.0) for s, r in steps_and_returns]
+def curve(algo, seed, steps_and_returns, seconds_per_step, machine="m1"):
+    return [EvalPoint(algo, "Env-v0", seed, s, s * seconds_per_step, r, 0.0, machine=machine) for s, r in steps_and_returns]
 
 
 def test_threshold_and_paired_ratios_on_synthetic_curves():
@@ -31,7 +40,36 @@ def test_threshold_and_paired_ratios_on_synthetic_curves():
     assert impact["steps_to_threshold"] == [3000, None]
     assert impact["steps_ratio_vs_baseline"] == {"median": 1.5, "min": 1.5, "max": 1.5, "n": 1}
     assert impact["wall_ratio_vs_baseline"]["median"] == pytest.approx(1.5 / 2.0 * 1.0)
+    assert impact["reached"] == "1/2" and ppo["reached"] == "2/2"
+    assert ppo["steps"] == {"median": 3000.0, "min": 2000.0, "max": 4000.0, "n": 2}
+    assert ppo["final_eval"] == {"median": 105.0, "min": 90.0, "max": 120.0, "n": 2}
+    assert impact["final_return_ratio_vs_baseline"]["median"] == pytest.approx((100 / 90 + 99 / 120) / 2)
     assert "steps_ratio_vs_baseline" not in ppo
+
+
+def test_runs_from_different_machines_are_never_paired():
+    points = curve("ppo", 0, [(0, 0), (1000, 100)], 1e-3, machine="laptop")
+    points += curve("impact", 0, [(0, 0), (500, 100)], 1e-3, machine="gpu-box")
+    summary = threshold_summary(points, threshold=100, baseline="ppo")
+    assert summary["machines"] == ["gpu-box", "laptop"]
+    assert summary["algos"]["impact"]["steps_ratio_vs_baseline"]["n"] == 0
+    assert summary["algos"]["impact"]["final_return_ratio_vs_baseline"]["n"] == 0
+    points += curve("ppo", 0, [(0, 0), (2000, 100)], 1e-3, machine="gpu-box")
+    summary = threshold_summary(points, threshold=100, baseline="ppo")
+    assert summary["algos"]["impact"]["steps_ratio_vs_baseline"] == {"median": 0.25, "min": 0.25, "max": 0.25, "n": 1}
+
+
+def test_without_a_threshold_only_returns_are_summarized():
+    points = curve("ppo", 0, [(0, 0), (1000, 10)], 1e-3) + curve("impact", 0, [(0, 0), (1000, 20)], 1e-3)
+    summary = threshold_summary(points, threshold=None, baseline="ppo")
+    assert "steps_to_threshold" not in summary["algos"]["ppo"]
+    assert summary["algos"]["impact"]["final_return_ratio_vs_baseline"]["median"] == 2.0
+
+
+def test_json_writer_round_trips(tmp_path):
+    summary = threshold_summary(curve("ppo", 3, [(0, 0), (10, 5)], 0.1), threshold=5, baseline="ppo")
+    write_json(summary, tmp_path / "deep" / "s.json")
+    assert json.loads((tmp_path / "deep" / "s.json").read_text()) == json.loads(json.dumps(summary))
 
 
 def test_failed_runs_never_reach_and_csv_round_trips(tmp_path):
@@ -48,10 +86,23 @@ def test_unknown_algo_and_env_are_rejected_with_the_valid_names():
         load_zoo_hyperparams("nope", "CartPole-v1")
     with pytest.raises(ValueError, match="no hyperparameters"):
         load_zoo_hyperparams("impact", "NoSuchEnv-v0")
+    with pytest.raises(ValueError, match=r"valid names: .*impact.*ppo"):
+        validate_names(["ppo", "nope"], ["CartPole-v1"])
+    with pytest.raises(ValueError, match="unknown env 'NoSuchEnv-v0'"):
+        validate_names(["ppo"], ["NoSuchEnv-v0"])
+    # The atari entry serves every NoFrameskip id, with rl-zoo3's wrappers.
+    params = load_zoo_hyperparams("ppo", "BreakoutNoFrameskip-v4")
+    assert params["frame_stack"] == 4 and "AtariWrapper" in str(params["env_wrapper"])
+
+
+def test_unknown_names_stop_the_harness_before_any_run(tmp_path):
+    command = [sys.executable, "-m", "benchmarks.run", "--algos", "ppo", "nope", "--out", str(tmp_path)]
+    result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and "valid names" in result.stderr and not list(tmp_path.iterdir())
 
 
 def test_tiny_end_to_end_run_writes_csv_json_and_png(tmp_path):
-    command = [sys.executable, "-m", "benchmarks.impact_vs_ppo", "--envs", "CartPole-v1", "--seeds", "1"]
+    command = [sys.executable, "-m", "benchmarks.run", "--algos", "impact", "ppo", "--env", "CartPole-v1", "--seeds", "1"]
     command += ["--steps", "2048", "--eval-freq", "1024", "--eval-episodes", "2", "--out", str(tmp_path)]
     result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -59,4 +110,30 @@ def test_tiny_end_to_end_run_writes_csv_json_and_png(tmp_path):
     assert {p.algo for p in points} == {"ppo", "impact"} and all(p.status == "ok" for p in points)
     summary = json.loads((tmp_path / "CartPole-v1.json").read_text())
     assert summary["baseline"] == "ppo" and set(summary["algos"]) == {"ppo", "impact"}
+    assert summary["command"].startswith("python -m benchmarks.run --algos ppo impact --env CartPole-v1 --seeds 1")
+    assert summary["machine"]["name"] == points[0].machine and points[0].device == "cpu"
     assert (tmp_path / "CartPole-v1.png").stat().st_size > 10_000
+    (tmp_path / "CartPole-v1.png").unlink()
+    plot = [sys.executable, "-m", "benchmarks.plot", str(tmp_path / "CartPole-v1.csv")]
+    result = subprocess.run(plot, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "CartPole-v1.png").stat().st_size > 10_000
+
+
+def test_a_failing_run_is_recorded_and_the_others_continue(tmp_path, monkeypatch):
+    from benchmarks import common, run
+
+    original = common.ALGOS["impact"]
+
+    class Exploding(original):  # type: ignore[misc, valid-type]
+        def learn(self, *args, **kwargs):
+            raise RuntimeError("boom")
+
+    monkeypatch.setitem(common.ALGOS, "impact", Exploding)
+    arguments = ["--algos", "impact", "ppo", "--env", "CartPole-v1", "--seeds", "1", "--steps", "512", "--eval-freq", "512"]
+    run.main([*arguments, "--eval-episodes", "1", "--out", str(tmp_path)])
+    points = read_csv(tmp_path / "CartPole-v1.csv")
+    assert [p.status for p in points if p.algo == "impact"] == ["failed"]
+    assert "boom" in points[0].error and any(p.algo == "ppo" and p.status == "ok" and p.steps > 0 for p in points)
+    summary = json.loads((tmp_path / "CartPole-v1.json").read_text())
+    assert "boom" in summary["algos"]["impact"]["failed"][0]
