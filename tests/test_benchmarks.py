@@ -137,3 +137,21 @@ def test_a_failing_run_is_recorded_and_the_others_continue(tmp_path, monkeypatch
     assert "boom" in points[0].error and any(p.algo == "ppo" and p.status == "ok" and p.steps > 0 for p in points)
     summary = json.loads((tmp_path / "CartPole-v1.json").read_text())
     assert "boom" in summary["algos"]["impact"]["failed"][0]
+
+
+def test_report_renders_learning_and_throughput_tables(tmp_path):
+    from benchmarks.report import render
+
+    points = curve("ppo", 0, [(0, 0), (2000, 100)], 1e-3) + curve("ppo", 1, [(0, 0), (4000, 100)], 1e-3)
+    points += curve("impact", 0, [(0, 0), (1000, 100)], 1e-3) + curve("impact", 1, [(0, 0), (1000, 50)], 1e-3)
+    summary = threshold_summary(points, threshold=100, baseline="ppo")
+    summary.update(env="Env-v0", command="python -m benchmarks.run ...", machine={"name": "box", "date": "2026-11-22"})
+    write_json(summary, tmp_path / "Env-v0.json")
+    throughput = {"algo": "impact", "env": "Env-v0", "vec_env": "dummy", "collector": "thread", "batch_env_steps": 256}
+    throughput.update(C_collect_seconds_per_batch=0.1, L_learn_seconds_per_batch=0.2, T_async_seconds_per_batch=0.25)
+    throughput.update(T_async_over_max_C_L=1.25, command="python -m benchmarks.throughput", machine=summary["machine"])
+    write_json(throughput, tmp_path / "throughput.json")
+    markdown = render([tmp_path / "Env-v0.json", tmp_path / "throughput.json"])
+    assert "| ppo | 2/2 | 3000 [2000, 4000] |" in markdown
+    assert "| impact | 1/2 | 1000 |" in markdown and "| 0.50 |" in markdown  # one paired ratio: 1000 / 2000
+    assert "| impact | Env-v0 | dummy | thread | 256 | 0.1000 | 0.2000 | 0.2500 | 1.25 | - |" in markdown
