@@ -1,10 +1,14 @@
 """Base class for the V-trace actor-critic algorithms fed by a (possibly asynchronous) collector."""
 
 import math
+import warnings
 from abc import abstractmethod
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
+import cloudpickle
+import gymnasium as gym
 import numpy as np
 import torch as th
 from gymnasium import spaces
@@ -19,13 +23,14 @@ from sb3_impact.common.buffers import CircularBuffer, TrainingBatch
 from sb3_impact.common.collector import Collector, CollectorError, SyncCollector, ThreadCollector
 from sb3_impact.common.distributions import check_action_space
 from sb3_impact.common.process_collector import ProcessCollector
+from sb3_impact.common.ray_collector import RayCollector, import_ray
 from sb3_impact.common.segments import Segment, SegmentSampler
 from sb3_impact.common.vtrace import fold_truncation_bootstrap, vtrace
 
 SelfAsyncOnPolicyAlgorithm = TypeVar("SelfAsyncOnPolicyAlgorithm", bound="AsyncOnPolicyAlgorithm")
 
 # Asynchronous collectors by name (the ``collector`` parameter).
-COLLECTORS: dict[str, type[Collector]] = {"thread": ThreadCollector, "process": ProcessCollector}
+COLLECTORS: dict[str, type[Collector]] = {"thread": ThreadCollector, "process": ProcessCollector, "ray": RayCollector}
 
 # exp() of a log-ratio beyond this is clamped: the PPO clip already zeroes the gradient of such samples
 # on the clipped side, and the clamp keeps the unclipped side and the logged ratios finite.
@@ -46,6 +51,11 @@ def evaluate_policy_and_values(
         latent_pi = policy.mlp_extractor.forward_actor(pi_features)
         latent_vf = policy.mlp_extractor.forward_critic(vf_features)
     return policy._get_action_dist_from_latent(latent_pi), policy.value_net(latent_vf).flatten()
+
+
+def is_env_factory(env: Any) -> bool:
+    """Whether ``env`` is a factory (a callable returning a ``gymnasium.Env``) rather than an env, a VecEnv or an id."""
+    return callable(env) and not isinstance(env, (str, gym.Env, VecEnv))
 
 
 def close_env_after_failure(env: VecEnv) -> None:
@@ -73,6 +83,11 @@ class AsyncOnPolicyAlgorithm(OnPolicyAlgorithm):
     the counters run on the thread that called :meth:`learn`, with one ``on_step`` per collected vector step.
 
     Subclasses implement :meth:`_train_step` (the loss) and may override :meth:`_on_first_use`.
+
+    ``env`` may also be a factory (a picklable callable returning a ``gymnasium.Env``): the learner's VecEnv
+    is then one environment built from it. With ``collector="ray"``, ``num_workers`` Ray actors each build
+    ``envs_per_worker`` environments from the id or factory that ``env`` was given as (see
+    :class:`~sb3_impact.common.ray_collector.RayCollector`); the learner's own VecEnv only defines the spaces.
     """
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
@@ -85,7 +100,7 @@ class AsyncOnPolicyAlgorithm(OnPolicyAlgorithm):
     def __init__(
         self,
         policy: str | type[ActorCriticPolicy],
-        env: GymEnv | str,
+        env: GymEnv | str | Callable[[], gym.Env],
         learning_rate: float | Schedule,
         n_steps: int,
         gamma: float,
@@ -103,6 +118,9 @@ class AsyncOnPolicyAlgorithm(OnPolicyAlgorithm):
         async_collection: bool,
         collector_queue_size: int,
         collector: str = "thread",
+        num_workers: int | None = None,
+        envs_per_worker: int | None = None,
+        ray_address: str | None = None,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
@@ -135,6 +153,11 @@ class AsyncOnPolicyAlgorithm(OnPolicyAlgorithm):
                 raise ValueError(f"{name} must be >= 0, got {value}")
         if collector not in COLLECTORS:
             raise ValueError(f"collector must be one of {sorted(COLLECTORS)}, got {collector!r}")
+        # Where remote workers build their environments from: the id or factory the learner's env came from.
+        worker_env = env if isinstance(env, str) or is_env_factory(env) else None
+        self._check_ray_parameters(collector, async_collection, worker_env, num_workers, envs_per_worker, ray_address)
+        if is_env_factory(env):
+            env = env()
         if policy_kwargs and (policy_kwargs.get("use_sde") or policy_kwargs.get("squash_output")):
             raise ValueError("policy_kwargs: use_sde and squash_output are not supported (behaviour storage needs a Gaussian)")
 
@@ -168,15 +191,49 @@ class AsyncOnPolicyAlgorithm(OnPolicyAlgorithm):
         self.async_collection = async_collection
         self.collector_queue_size = collector_queue_size
         self.collector = collector
+        self.worker_env = worker_env
+        self.num_workers = num_workers
+        self.envs_per_worker = envs_per_worker
+        self.ray_address = ray_address
         # Counters of the last learn() call (see _log_collection_counters)
         self.sampled_steps = 0
         self.trained_steps = 0
         self.dropped_steps = 0
+        self.collector_stats: dict[str, float] = {}
         self._collector: Collector | None = None
         self._circular_buffer: CircularBuffer | None = None
         self._train_stats: dict[str, list[float]] = defaultdict(list)
         if _init_setup_model:
             self._setup_model()
+
+    @staticmethod
+    def _check_ray_parameters(
+        collector: str,
+        async_collection: bool,
+        worker_env: str | Callable[[], gym.Env] | None,
+        num_workers: int | None,
+        envs_per_worker: int | None,
+        ray_address: str | None,
+    ) -> None:
+        for name, value in (("num_workers", num_workers), ("envs_per_worker", envs_per_worker)):
+            if value is not None and (not isinstance(value, (int, np.integer)) or value < 1):
+                raise ValueError(f"{name} must be an integer >= 1 or None, got {value!r}")
+        if ray_address is not None and not isinstance(ray_address, str):
+            raise TypeError(f"ray_address must be a string (host:port or 'auto') or None, got {ray_address!r}")
+        if collector != "ray":
+            ray_parameters = {"num_workers": num_workers, "envs_per_worker": envs_per_worker, "ray_address": ray_address}
+            for name, value in ray_parameters.items():
+                if value is not None:
+                    raise ValueError(f"{name} is only used with collector='ray' (collector={collector!r})")
+            return
+        import_ray()  # ImportError naming the extra to install
+        if not async_collection:
+            raise ValueError("collector='ray' collects asynchronously: it needs async_collection=True")
+        if worker_env is None:
+            raise ValueError(
+                "env: collector='ray' builds the environments inside remote workers, so env must be given as an "
+                "environment id or a picklable factory (a callable returning a gymnasium.Env), not an env instance"
+            )
 
     def _setup_model(self) -> None:
         check_action_space(self.action_space)
@@ -194,7 +251,19 @@ class AsyncOnPolicyAlgorithm(OnPolicyAlgorithm):
         self._maybe_recommend_cpu()
 
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "_collector", "_circular_buffer", "_train_stats"]
+        excluded = [*super()._excluded_save_params(), "_collector", "_circular_buffer", "_train_stats"]
+        if not isinstance(self.worker_env, (str, type(None))):
+            try:
+                cloudpickle.dumps(self.worker_env)
+            except Exception as error:
+                warnings.warn(
+                    f"the env factory cannot be pickled ({error!r}) and is not saved: set model.worker_env after "
+                    "load() to use collector='ray'",
+                    UserWarning,
+                    stacklevel=3,
+                )
+                excluded.append("worker_env")
+        return excluded
 
     # ------------------------------------------------------------------ collection
 
@@ -219,6 +288,15 @@ class AsyncOnPolicyAlgorithm(OnPolicyAlgorithm):
         sampler.policy_version = self._n_updates
         if not self.async_collection:
             return SyncCollector(sampler)
+        if self.collector == "ray":
+            return RayCollector(
+                sampler,
+                queue_size=self.collector_queue_size,
+                worker_env=self.worker_env,
+                num_workers=self.num_workers,
+                envs_per_worker=self.envs_per_worker or 1,
+                address=self.ray_address,
+            )
         return COLLECTORS[self.collector](sampler, queue_size=self.collector_queue_size)
 
     def _replay_callbacks(self, segment: Segment, callback: BaseCallback) -> bool:
@@ -305,6 +383,7 @@ class AsyncOnPolicyAlgorithm(OnPolicyAlgorithm):
             self.sampled_steps = collector.sampled_steps
             self.dropped_steps = self.sampled_steps - self.trained_steps
             self._broadcast_seconds = collector.broadcast_seconds
+            self.collector_stats = collector.stats()
             if failed:
                 close_env_after_failure(self.env)
                 self._last_obs = None
@@ -396,9 +475,13 @@ class AsyncOnPolicyAlgorithm(OnPolicyAlgorithm):
         if self._collector is not None:
             sampled = self._collector.sampled_steps
             self.logger.record("collector/in_flight_steps", sampled - self.trained_steps)
+            collector_stats = self._collector.stats()
         else:
             sampled = self.sampled_steps
             self.logger.record("collector/dropped_steps", self.dropped_steps)
+            collector_stats = getattr(self, "collector_stats", {})
+        for key, value in collector_stats.items():
+            self.logger.record(f"collector/{key}", value)
         self.logger.record("collector/sampled_steps", sampled)
         self.logger.record("collector/trained_steps", self.trained_steps)
 

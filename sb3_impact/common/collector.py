@@ -8,7 +8,8 @@ environments elsewhere (a Ray-based one, say) plugs in beside the ones provided:
 - :class:`ThreadCollector` collects continuously in a background thread with a stale copy of the policy,
   at most ``queue_size`` segments ahead of the learner (backpressure, bounded memory);
 - :class:`~sb3_impact.common.process_collector.ProcessCollector` does the same in a forked process, for
-  CPU-bound environments whose Python work would otherwise share the GIL with the learner.
+  CPU-bound environments whose Python work would otherwise share the GIL with the learner;
+- :class:`~sb3_impact.common.ray_collector.RayCollector` collects in Ray actors, on this machine or a cluster.
 """
 
 import queue
@@ -61,6 +62,10 @@ class Collector(ABC):
     @abstractmethod
     def close(self) -> None:
         """Stop collecting and release threads; safe to call more than once and after a failure."""
+
+    def stats(self) -> dict[str, float]:
+        """Collector-specific figures, logged by the learner under ``collector/`` (none by default)."""
+        return {}
 
     @staticmethod
     def cpu_state_dict(state_dict: dict[str, th.Tensor]) -> dict[str, th.Tensor]:

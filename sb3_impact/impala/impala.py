@@ -44,7 +44,14 @@ class IMPALA(AsyncOnPolicyAlgorithm):
     :param collector: Where asynchronous collection runs: ``"thread"`` (a background thread; best when the
         environments step outside the GIL, e.g. in a SubprocVecEnv, or the learner is on a GPU) or
         ``"process"`` (a forked process; best for small CPU-bound environments, whose Python work would
-        otherwise compete with the learner for the GIL)
+        otherwise compete with the learner for the GIL) or ``"ray"`` (Ray actors, on this machine or a cluster;
+        ``pip install "sb3-impact[ray]"``)
+    :param num_workers: With ``collector="ray"``: Ray actors collecting segments, one CPU each (None: the
+        cluster's CPUs minus one)
+    :param envs_per_worker: With ``collector="ray"``: environments each actor steps (None: 1); one batch is
+        ``n_steps * envs_per_worker`` samples. The actors build them from ``env``, given as an id or a factory
+    :param ray_address: With ``collector="ray"``: the Ray cluster to join (``"auto"``, ``"host:port"``; None:
+        ``RAY_ADDRESS`` if set, else a local Ray with all CPUs). See docs/algorithms/ray_collector.md
     :param stats_window_size: Window size for the rollout logging (episodes)
     :param tensorboard_log: the log location for tensorboard (if None, no logging)
     :param policy_kwargs: additional arguments to be passed to the policy on creation
@@ -79,6 +86,9 @@ class IMPALA(AsyncOnPolicyAlgorithm):
         async_collection: bool = True,
         collector_queue_size: int = 1,
         collector: str = "thread",
+        num_workers: int | None = None,
+        envs_per_worker: int | None = None,
+        ray_address: str | None = None,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
@@ -107,6 +117,9 @@ class IMPALA(AsyncOnPolicyAlgorithm):
             async_collection=async_collection,
             collector_queue_size=collector_queue_size,
             collector=collector,
+            num_workers=num_workers,
+            envs_per_worker=envs_per_worker,
+            ray_address=ray_address,
             stats_window_size=stats_window_size,
             tensorboard_log=tensorboard_log,
             policy_kwargs=policy_kwargs,

@@ -1,0 +1,214 @@
+"""The Ray collector: learning, worker faults, clean exits, save/load, and the optional dependency."""
+
+import functools
+import logging
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from stable_baselines3.common.callbacks import BaseCallback
+
+from sb3_impact import IMPACT, IMPALA
+from sb3_impact.common.collector import CollectorError
+from sb3_impact.common.ray_collector import RayCollector
+
+from .conftest import CrashingEnv
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SMALL = dict(n_steps=16, policy_kwargs=dict(net_arch=[16]), device="cpu")
+WORKER_PREFIX = "sb3_impact_worker_"
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """A local Ray with 2 CPUs, shared by the tests of this module (starting Ray takes seconds)."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.WARNING)
+    yield ray
+    ray.shutdown()
+
+
+def live_worker_names(ray) -> list[str]:
+    return [name for name in ray.util.list_named_actors() if name.startswith(WORKER_PREFIX)]
+
+
+def wait_until_no_workers(ray, timeout: float = 30.0) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while live_worker_names(ray) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return live_worker_names(ray)
+
+
+class AtStep(BaseCallback):
+    """Calls ``action(self)`` once, at the ``at``-th vector step; records the collector's actors then."""
+
+    def __init__(self, at: int, action) -> None:
+        super().__init__()
+        self.at = at
+        self.action = action
+        self.actors: list = []
+
+    def _on_step(self) -> bool:
+        if self.n_calls == self.at:
+            self.actors = list(self.model._collector.actors)
+            self.action(self)
+        return True
+
+
+class StopAtMeanReturn(BaseCallback):
+    def __init__(self, threshold: float) -> None:
+        super().__init__()
+        self.threshold = threshold
+
+    def mean_return(self) -> float:
+        buffer = self.model.ep_info_buffer
+        return float(np.mean([info["r"] for info in buffer])) if len(buffer) >= 20 else -np.inf
+
+    def _on_step(self) -> bool:
+        return self.mean_return() < self.threshold
+
+
+def test_importing_sb3_impact_does_not_import_ray():
+    code = "import sys, sb3_impact, sb3_impact.common.ray_collector; assert 'ray' not in sys.modules, 'ray imported'"
+    subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, check=True)
+
+
+def test_choosing_ray_without_ray_installed_says_which_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # "import ray" now raises ImportError
+    with pytest.raises(ImportError, match=r'pip install "sb3-impact\[ray\]"'):
+        IMPACT("MlpPolicy", "CartPole-v1", collector="ray", **SMALL)
+    # the other collectors do not need it
+    IMPACT("MlpPolicy", "CartPole-v1", collector="thread", **SMALL)
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        ({"collector": "thread", "num_workers": 2}, "num_workers"),
+        ({"collector": "process", "envs_per_worker": 2}, "envs_per_worker"),
+        ({"collector": "thread", "ray_address": "auto"}, "ray_address"),
+        ({"collector": "ray", "num_workers": 0}, "num_workers"),
+        ({"collector": "ray", "envs_per_worker": 0}, "envs_per_worker"),
+    ],
+)
+def test_ray_parameters_are_validated_at_construction(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        IMPACT("MlpPolicy", "CartPole-v1", **kwargs, **SMALL)
+
+
+def test_ray_needs_an_env_description_and_async_collection():
+    pytest.importorskip("ray")
+    with pytest.raises(ValueError, match="env"):
+        IMPACT("MlpPolicy", CrashingEnv(), collector="ray", **SMALL)  # an instance cannot be rebuilt remotely
+    with pytest.raises(ValueError, match="async_collection"):
+        IMPALA("MlpPolicy", "CartPole-v1", collector="ray", async_collection=False, **SMALL)
+
+
+def test_env_factories_are_saved_unless_they_cannot_be_pickled(tmp_path):
+    model = IMPACT("MlpPolicy", functools.partial(gym.make, "CartPole-v1"), **SMALL)  # a factory works everywhere
+    assert model.env.num_envs == 1
+    model.save(tmp_path / "factory.zip")
+    assert IMPACT.load(tmp_path / "factory.zip").worker_env().spec.id == "CartPole-v1"
+    lock = threading.Lock()
+    model = IMPACT("MlpPolicy", lambda: lock and gym.make("CartPole-v1"), **SMALL)
+    with pytest.warns(UserWarning, match="cannot be pickled"):
+        model.save(tmp_path / "closure.zip")
+    assert IMPACT.load(tmp_path / "closure.zip").worker_env is None
+
+
+def test_impact_learns_cartpole_with_ray_workers(local_ray):
+    model = IMPACT(
+        "MlpPolicy",
+        "CartPole-v1",
+        collector="ray",
+        num_workers=2,
+        envs_per_worker=4,
+        n_steps=32,
+        gamma=0.98,
+        gae_lambda=0.8,
+        seed=0,
+        device="cpu",
+    )
+    stop = StopAtMeanReturn(150.0)
+    model.learn(60_000, callback=stop)
+    assert stop.mean_return() >= 150.0, f"mean return {stop.mean_return():.1f} after {model.num_timesteps} steps"
+    # The steps of the remote environments are counted and replayed to callbacks (Monitor episode infos)
+    assert model.trained_steps <= model.num_timesteps <= model.sampled_steps
+    assert model.sampled_steps == model.trained_steps + model.dropped_steps
+    stats = model.collector_stats
+    assert stats["workers"] == 2 and stats["restarts"] == 0 and stats["lost_steps"] == 0
+    assert stats["worker_0_steps_per_s"] > 0 and stats["worker_1_steps_per_s"] > 0
+    # one ray.put per broadcast at most (a broadcast per gradient step)
+    assert 0 < stats["weight_puts"] <= model._n_updates
+    assert wait_until_no_workers(local_ray) == []
+
+
+def test_a_killed_worker_is_replaced_and_its_segment_counted(local_ray):
+    model = IMPALA("MlpPolicy", "CartPole-v1", collector="ray", num_workers=2, envs_per_worker=2, seed=0, **SMALL)
+    kill = AtStep(40, lambda callback: local_ray.kill(callback.actors[0]))
+    with pytest.warns(RuntimeWarning, match="worker 0 failed and is replaced"):
+        model.learn(3000, callback=kill)
+    segment_size = 16 * 2
+    assert model.collector_stats["restarts"] == 1
+    assert model.collector_stats["lost_steps"] == segment_size
+    assert model.dropped_steps >= segment_size
+    assert model.sampled_steps == model.trained_steps + model.dropped_steps
+    assert model.num_timesteps >= 3000
+    assert wait_until_no_workers(local_ray) == []
+
+
+def test_keyboard_interrupt_releases_every_actor(local_ray):
+    model = IMPACT("MlpPolicy", "CartPole-v1", collector="ray", num_workers=2, **SMALL)
+
+    def interrupt(callback):
+        raise KeyboardInterrupt
+
+    callback = AtStep(30, interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        model.learn(10_000, callback=callback)
+    assert len(callback.actors) == 2
+    for actor in callback.actors:
+        with pytest.raises(local_ray.exceptions.RayActorError):
+            local_ray.get(actor.describe.remote(), timeout=30)
+    assert wait_until_no_workers(local_ray) == []
+    assert local_ray.is_initialized()  # the collector did not start Ray, so it leaves it running
+    model.learn(200)  # still usable
+
+
+def test_workers_that_keep_failing_end_learn_with_the_cause(local_ray, monkeypatch):
+    monkeypatch.setattr(RayCollector, "max_restarts", 1)
+    model = IMPACT("MlpPolicy", functools.partial(CrashingEnv, crash_after=40), collector="ray", num_workers=1, **SMALL)
+    with pytest.warns(RuntimeWarning, match="replaced"), pytest.raises(CollectorError, match="max_restarts=1") as error:
+        model.learn(10_000)
+    assert "environment exploded" in str(error.value.__cause__)
+    assert wait_until_no_workers(local_ray) == []
+
+
+def test_workers_with_other_spaces_than_the_learner_raise(local_ray):
+    model = IMPACT("MlpPolicy", "CartPole-v1", collector="ray", num_workers=1, **SMALL)
+    model.worker_env = "MountainCar-v0"  # as if set_env() or load() had given the learner another env
+    with pytest.raises(ValueError, match="do not match the learner"):
+        model.learn(100)
+    assert wait_until_no_workers(local_ray) == []
+
+
+def test_save_and_load_do_not_need_ray(local_ray, tmp_path, monkeypatch):
+    model = IMPACT("MlpPolicy", "CartPole-v1", collector="ray", num_workers=1, envs_per_worker=2, seed=0, **SMALL)
+    model.learn(256)
+    model.save(tmp_path / "model.zip")
+    observations = np.stack([model.observation_space.sample() for _ in range(5)])
+    expected, _ = model.predict(observations, deterministic=True)
+
+    monkeypatch.setitem(sys.modules, "ray", None)
+    loaded = IMPACT.load(tmp_path / "model.zip", env=gym.make("CartPole-v1"), device="cpu")
+    actions, _ = loaded.predict(observations, deterministic=True)
+    np.testing.assert_array_equal(actions, expected)
+    assert (loaded.collector, loaded.worker_env, loaded.num_workers, loaded.envs_per_worker) == ("ray", "CartPole-v1", 1, 2)
+    assert loaded._collector is None
+    with pytest.raises(ImportError, match="sb3-impact"):
+        loaded.learn(100)  # learn() is what needs Ray
