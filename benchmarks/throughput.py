@@ -52,6 +52,12 @@ class PrecollectedCollector(SyncCollector):
 def build(algo: str, env_id: str, seed: int, device: str, subproc: bool = False, **overrides) -> AsyncOnPolicyAlgorithm:
     env_params, params = split_env_params(load_zoo_hyperparams(algo, env_id))
     params.update(overrides)
+    if params.get("collector") == "ray" and params.get("async_collection", True):
+        # Ray workers build their own envs from the id: each worker steps the yml's n_envs environments.
+        if env_params.get("env_wrapper") or env_params.get("frame_stack") or env_params.get("normalize"):
+            raise ValueError(f"{algo}/{env_id}: the throughput benchmark runs collector='ray' on plain env ids only")
+        params["envs_per_worker"] = env_params.get("n_envs", 1)
+        return ALGOS[algo](env_params["policy"], env_id, seed=seed, device=device, **params)
     env = make_training_env(
         env_id,
         env_params.get("n_envs", 1),
@@ -69,7 +75,7 @@ def build(algo: str, env_id: str, seed: int, device: str, subproc: bool = False,
 
 def timed_learn(model: AsyncOnPolicyAlgorithm, n_batches: int) -> tuple[float, dict[str, list[float]]]:
     """Seconds per batch of learn() over ``n_batches`` batches, and the logged train/ and collector/ columns."""
-    batch_size = model.n_steps * model.n_envs
+    batch_size = model.n_steps * (model.envs_per_worker or model.n_envs if model.collector == "ray" else model.n_envs)
     with tempfile.TemporaryDirectory() as folder:
         model.set_logger(configure(folder, ["csv"]))
         start = time.perf_counter()
@@ -106,6 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="cpu", help="learner device (collectors always run on CPU)")
     parser.add_argument("--vec-env", choices=["dummy", "subproc"], default="dummy")
     parser.add_argument("--collector", choices=sorted(COLLECTORS), default="thread")
+    parser.add_argument("--workers", type=int, default=None, help="Ray workers with --collector ray (default: CPUs - 1)")
     parser.add_argument("--out", type=Path, default=Path("results"))
     args = parser.parse_args(argv)
     try:
@@ -123,7 +130,8 @@ def main(argv: list[str] | None = None) -> None:
         "machine": machine_description(args.device),
         "command": "python -m benchmarks.throughput "
         f"--algo {args.algo} --env {args.env} --batches {args.batches} --vec-env {args.vec_env} --collector {args.collector}"
-        + (f" --device {args.device}" if args.device != "cpu" else ""),
+        + (f" --device {args.device}" if args.device != "cpu" else "")
+        + (f" --workers {args.workers}" if args.workers else ""),
     }
     out = args.out / f"throughput_{args.algo}_{args.env}_{args.vec_env}_{args.collector}.json"
     progress = tqdm(total=4, desc="throughput: C")
@@ -147,9 +155,10 @@ def main(argv: list[str] | None = None) -> None:
 
         # T_async and T_sync: the real thing.
         progress.set_description("throughput: T_async")
-        async_model = build(
-            args.algo, args.env, args.seed, args.device, subproc, async_collection=True, collector=args.collector
-        )
+        options = {"async_collection": True, "collector": args.collector}
+        if args.collector == "ray":
+            options["num_workers"] = args.workers
+        async_model = build(args.algo, args.env, args.seed, args.device, subproc, **options)
         async_seconds, async_logs = timed_learn(async_model, args.batches)
         async_model.env.close()
         report["T_async_seconds_per_batch"] = async_seconds
@@ -157,6 +166,7 @@ def main(argv: list[str] | None = None) -> None:
         report["policy_lag_mean"] = float(np.mean(async_logs.get("train/policy_lag", [np.nan])))
         report["policy_lag_max"] = float(np.max(async_logs.get("train/policy_lag_max", [np.nan])))
         report["env_steps_per_second_async"] = report["batch_env_steps"] / async_seconds
+        report.update({f"collector_{key}": value for key, value in async_model.collector_stats.items()})
         progress.update()
         progress.set_description("throughput: T_sync")
         sync_model = build(args.algo, args.env, args.seed, args.device, subproc, async_collection=False)
