@@ -18,7 +18,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 REQUIRED_ZOO_ENVS = {
     "impact": {"CartPole-v1", "Pendulum-v1", "HalfCheetah-v5", "atari"},
     "impala": {"CartPole-v1", "Pendulum-v1", "HalfCheetah-v5", "atari"},
+    "vracer": {"Pendulum-v1", "HalfCheetah-v5", "Hopper-v5", "Walker2d-v5"},
     "ppo_amber": {"Pendulum-v1", "LunarLanderContinuous-v3", "HalfCheetah-v5", "Hopper-v5", "CartPole-v1"},
+    "ptr_ppo": {"atari", "CartPole-v1", "LunarLander-v3"},
 }
 
 

@@ -10,9 +10,11 @@ Pythons that use them, ``sb3_impact.start``) that calls it when ``rl_zoo3`` is f
 
 from pathlib import Path
 
-from sb3_impact import IMPACT, IMPALA
+from sb3_impact import IMPACT, IMPALA, PPOAMBER
+from sb3_impact.ptr_ppo import PTRPPO
+from sb3_impact.vracer import VRACER
 
-ZOO_ALGOS = {"impact": IMPACT, "impala": IMPALA}
+ZOO_ALGOS = {"impact": IMPACT, "impala": IMPALA, "ppo_amber": PPOAMBER, "ptr_ppo": PTRPPO, "vracer": VRACER}
 HYPERPARAMS_DIR = Path(__file__).resolve().parent.parent / "hyperparams"
 
 

@@ -1,0 +1,295 @@
+"""
+Replay memory of whole episodes for V-RACER / ReF-ER (Novati & Koumoutsakos, ICML 2019, section 2 and
+appendix C).
+
+Steps are kept in ring arrays of ``buffer_size`` slots, each episode in consecutive slots (in ring
+order). An episode enters the memory when it ends (Algorithm 2: its Retrace estimates need its last
+step); until then its steps wait in a per-environment staging list. When an episode does not fit,
+the oldest whole episodes are evicted first (FIFO by episode). Sampling is uniform over the stored
+steps. Each step keeps the behaviour ``mu_t`` (mean and log std, the layout of
+:mod:`sb3_impact.common.distributions`), the last computed ``V(s_t)`` and ``log rho_t``, and
+``Q_ret[t]`` (:mod:`sb3_impact.common.retrace`).
+
+Retrace bookkeeping (the project's decision, documented in docs/algorithms/vracer.md):
+
+- when a step is sampled, :meth:`EpisodeReplayMemory.refresh` stores its new ``V`` and ``log rho`` and
+  applies eq. 6 one step back (``Q_ret[t-1]`` of the same episode);
+- :meth:`EpisodeReplayMemory.recompute_q_ret` propagates all stored ``V`` and ``rho`` through every
+  episode at once (eq. 8, a vectorised scan); the algorithm calls it every ``retrace_interval``
+  gradient steps. Right after it, every stored ``Q_ret`` equals the Retrace estimate of the stored
+  ``(V, rho)``, exactly as if each sampled step had updated all the earlier steps of its episode.
+"""
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from sb3_impact.common.distributions import behaviour_params_dim
+from sb3_impact.common.refer import far_fraction
+from sb3_impact.common.retrace import retrace_q_ret, rho_bar_from_log
+
+Observation = np.ndarray | dict[str, np.ndarray]
+
+
+@dataclass
+class EpisodeRecord:
+    """Where a stored episode lies in the ring, and what follows its last step."""
+
+    start: int
+    length: int
+    truncated: bool
+    final_observation: Any  # s_T, kept for truncated episodes (its value bootstraps Q_ret)
+
+
+class EpisodeReplayMemory:
+    """
+    FIFO-by-episode replay memory with uniform step sampling and Retrace / V-tbc estimates.
+
+    :param buffer_size: maximum number of stored steps (N)
+    :param observation_space: observation space (Box or Dict of Boxes / discrete spaces)
+    :param action_space: action space (the behaviour parameters follow its layout)
+    :param n_envs: number of environments feeding the memory in parallel
+    :param gamma: discount factor of the Retrace estimates
+    """
+
+    def __init__(
+        self,
+        buffer_size: int,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        n_envs: int = 1,
+        gamma: float = 0.99,
+    ) -> None:
+        if buffer_size < 1:
+            raise ValueError(f"buffer_size must be positive, got {buffer_size}")
+        self.capacity = int(buffer_size)
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.n_envs = n_envs
+        self.gamma = gamma
+        self.reward_scale = 1.0  # rewards are divided by it in the Retrace estimates (appendix B, eq. 16)
+        subspaces = observation_space.spaces if isinstance(observation_space, spaces.Dict) else {"": observation_space}
+        self.observations = {
+            key: np.zeros((self.capacity, *space.shape), dtype=space.dtype) for key, space in subspaces.items()
+        }
+        action_dim = int(np.prod(action_space.shape)) if isinstance(action_space, spaces.Box) else 1
+        self.actions = np.zeros((self.capacity, action_dim), dtype=np.float32)
+        self.rewards = np.zeros(self.capacity, dtype=np.float32)
+        self.behaviour_params = np.zeros((self.capacity, behaviour_params_dim(action_space)), dtype=np.float32)
+        self.values = np.zeros(self.capacity, dtype=np.float32)
+        self.log_rhos = np.zeros(self.capacity, dtype=np.float32)  # 0 in empty slots: they never count as far
+        self.q_ret = np.zeros(self.capacity, dtype=np.float32)
+        self.is_first = np.zeros(self.capacity, dtype=bool)
+        self.is_last = np.zeros(self.capacity, dtype=bool)
+        self.last_values = np.zeros(self.capacity, dtype=np.float32)  # V_tbc[T] at last steps
+        self.episodes: deque[EpisodeRecord] = deque()
+        self.head = 0
+        self.size = 0
+        self.staging: list[list[tuple]] = [[] for _ in range(n_envs)]
+        self.staged_next_observations: list[Any] = [None] * n_envs  # s_{t+1} after each env's last staged step
+        self.n_episodes_added = 0
+        self.n_episodes_evicted = 0
+        self.n_steps_evicted = 0
+        self.n_steps_dropped = 0  # steps of episodes longer than the whole memory (their oldest part)
+
+    def __len__(self) -> int:
+        return self.size
+
+    @property
+    def n_staged_steps(self) -> int:
+        """Steps of episodes still running, not yet sampleable."""
+        return sum(len(steps) for steps in self.staging)
+
+    def _split_observation(self, observation: Observation) -> dict[str, np.ndarray]:
+        return dict(observation) if isinstance(observation, dict) else {"": np.asarray(observation)}
+
+    def _join_observation(self, observation: dict[str, np.ndarray]) -> Observation:
+        return observation[""] if set(observation) == {""} else observation
+
+    # --- adding -------------------------------------------------------------------------------------
+
+    def add(
+        self,
+        observations: Observation,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        behaviour_params: np.ndarray,
+        values: np.ndarray,
+        dones: np.ndarray,
+        truncateds: np.ndarray,
+        final_observations: list[Observation | None],
+        final_values: np.ndarray,
+        next_observations: Observation,
+    ) -> None:
+        """
+        Add one vector step (one transition per environment); complete the episodes that ended.
+
+        :param observations: ``s_t`` of each environment (raw, unnormalised)
+        :param actions: ``a_t`` as sampled from the Gaussian (before any clipping)
+        :param rewards: ``r_{t+1}`` (unscaled)
+        :param behaviour_params: the parameters of ``mu_t``
+        :param values: ``V(s_t)`` at collection time
+        :param dones: whether the episode ended after this step
+        :param truncateds: whether that end was a time limit (the MDP did not end)
+        :param final_observations: ``s_T`` where an episode ended, else None
+        :param final_values: ``V(s_T)`` where an episode was truncated (ignored elsewhere)
+        :param next_observations: the observations returned by the step (after a reset where an episode ended)
+        """
+        split = self._split_observation(observations)
+        next_split = self._split_observation(next_observations)
+        for env in range(self.n_envs):
+            next_observation = {key: np.array(value[env]) for key, value in next_split.items()}
+            self.staged_next_observations[env] = self._join_observation(next_observation)
+            observation = {key: np.array(value[env]) for key, value in split.items()}
+            self.staging[env].append((observation, actions[env], rewards[env], behaviour_params[env], values[env]))
+            if dones[env]:
+                truncated = bool(truncateds[env])
+                self._insert_episode(self.staging[env], truncated, final_observations[env], float(final_values[env]))
+                self.staging[env] = []
+
+    def close_staged_episodes(self, value_fn: Callable[[list[Observation]], np.ndarray]) -> int:
+        """
+        End every running episode as truncated: the observation that followed its last step is ``s_T``
+        and ``value_fn`` (observations -> values) gives ``V(s_T)``.
+
+        Called before the environments are reset by a new ``learn()`` (or when a memory is loaded into a
+        model with another number of environments), so that no collected step is lost. Returns the number
+        of steps moved into the memory.
+        """
+        envs = [env for env in range(self.n_envs) if self.staging[env]]
+        if not envs:
+            return 0
+        final_observations = [self.staged_next_observations[env] for env in envs]
+        final_values = np.asarray(value_fn(final_observations), dtype=np.float64).reshape(-1)
+        moved = 0
+        for env, final_observation, final_value in zip(envs, final_observations, final_values, strict=True):
+            moved += len(self.staging[env])
+            self._insert_episode(self.staging[env], True, final_observation, float(final_value))
+            self.staging[env] = []
+        return moved
+
+    def set_n_envs(self, n_envs: int) -> None:
+        """Resize the staging area (only when no episode is running)."""
+        if self.n_staged_steps:
+            raise ValueError("close the running episodes (close_staged_episodes) before changing n_envs")
+        self.n_envs = n_envs
+        self.staging = [[] for _ in range(n_envs)]
+        self.staged_next_observations = [None] * n_envs
+
+    def _evict_oldest(self) -> None:
+        episode = self.episodes.popleft()
+        slots = (episode.start + np.arange(episode.length)) % self.capacity
+        self.log_rhos[slots] = 0.0
+        self.is_first[slots] = False
+        self.is_last[slots] = False
+        self.head = (self.head + episode.length) % self.capacity
+        self.size -= episode.length
+        self.n_episodes_evicted += 1
+        self.n_steps_evicted += episode.length
+
+    def _insert_episode(self, steps: list[tuple], truncated: bool, final_observation: Any, final_value: float) -> None:
+        if len(steps) > self.capacity:
+            self.n_steps_dropped += len(steps) - self.capacity
+            steps = steps[-self.capacity :]
+        length = len(steps)
+        while self.size + length > self.capacity:
+            self._evict_oldest()
+        start = (self.head + self.size) % self.capacity
+        slots = (start + np.arange(length)) % self.capacity
+        for key in self.observations:
+            self.observations[key][slots] = np.stack([step[0][key] for step in steps])
+        self.actions[slots] = np.stack([np.asarray(step[1], dtype=np.float32).reshape(-1) for step in steps])
+        self.rewards[slots] = [step[2] for step in steps]
+        self.behaviour_params[slots] = np.stack([step[3] for step in steps])
+        self.values[slots] = [step[4] for step in steps]
+        self.log_rhos[slots] = 0.0  # pi = mu at collection time
+        self.is_first[slots] = False
+        self.is_last[slots] = False
+        self.is_first[slots[0]] = True
+        self.is_last[slots[-1]] = True
+        self.last_values[slots] = 0.0
+        self.last_values[slots[-1]] = final_value if truncated else 0.0
+        self.q_ret[slots] = self._q_ret_of(slots)
+        self.episodes.append(EpisodeRecord(start, length, truncated, final_observation if truncated else None))
+        self.size += length
+        self.n_episodes_added += 1
+
+    # --- Retrace --------------------------------------------------------------------------------------
+
+    def _q_ret_of(self, slots: np.ndarray) -> np.ndarray:
+        """Eq. 8 over whole episodes laid out (in ring order) at ``slots``."""
+        return retrace_q_ret(
+            self.rewards[slots] / self.reward_scale,
+            self.values[slots],
+            self.log_rhos[slots],
+            self.is_last[slots],
+            self.last_values[slots],
+            self.gamma,
+        )
+
+    def ordered_slots(self) -> np.ndarray:
+        """The occupied slots, oldest step first."""
+        return (self.head + np.arange(self.size)) % self.capacity
+
+    def recompute_q_ret(self) -> None:
+        """Recompute ``Q_ret`` of every stored step from the stored ``V``, ``rho`` and rewards (eq. 8)."""
+        if self.size:
+            slots = self.ordered_slots()
+            self.q_ret[slots] = self._q_ret_of(slots)
+
+    def refresh(self, slots: np.ndarray, values: np.ndarray, log_rhos: np.ndarray) -> None:
+        """
+        Store the current ``V(s_t)`` and ``log rho_t`` of sampled steps and apply eq. 6 one step back:
+        ``Q_ret[t-1] = r_t + gamma (V(s_t) + rho_bar_t (Q_ret[t] - V(s_t)))`` within the episode.
+        """
+        self.values[slots] = values
+        self.log_rhos[slots] = log_rhos
+        inner = slots[~self.is_first[slots]]
+        previous = (inner - 1) % self.capacity
+        v_tbc = self.values[inner] + rho_bar_from_log(self.log_rhos[inner]) * (self.q_ret[inner] - self.values[inner])
+        self.q_ret[previous] = self.rewards[previous] / self.reward_scale + self.gamma * v_tbc
+
+    def truncated_episode_ends(self) -> tuple[np.ndarray, list[Any]]:
+        """Last slots and final observations ``s_T`` of the stored truncated episodes."""
+        ends = [(episode.start + episode.length - 1) % self.capacity for episode in self.episodes if episode.truncated]
+        finals = [episode.final_observation for episode in self.episodes if episode.truncated]
+        return np.array(ends, dtype=np.int64), finals
+
+    def set_last_values(self, last_slots: np.ndarray, values: np.ndarray) -> None:
+        """Refresh ``V(s_T)`` of truncated episodes (their ``V_tbc[T]``)."""
+        self.last_values[last_slots] = values
+
+    # --- sampling and statistics ----------------------------------------------------------------------
+
+    def sample_slots(self, batch_size: int) -> np.ndarray:
+        """``batch_size`` steps drawn uniformly (with replacement) among the stored steps."""
+        if self.size == 0:
+            raise ValueError("cannot sample from an empty replay memory")
+        return (self.head + np.random.randint(0, self.size, size=batch_size)) % self.capacity
+
+    def observations_at(self, slots: np.ndarray) -> Observation:
+        return self._join_observation({key: value[slots] for key, value in self.observations.items()})
+
+    def far_fraction(self, c_max: float) -> float:
+        """Fraction of stored steps whose last ``rho`` is far-policy (rule 2)."""
+        return far_fraction(self.log_rhos, c_max, n_samples=self.size)
+
+    def observation_statistics(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Mean and standard deviation of each stored observation component (appendix B, eqs. 14-15)."""
+        slots = self.ordered_slots()
+        statistics = {}
+        for key, value in self.observations.items():
+            data = value[slots].astype(np.float64)
+            statistics[key] = (data.mean(axis=0), data.std(axis=0))
+        return statistics
+
+    def root_mean_square_reward(self) -> float:
+        """``sqrt(E[r^2])`` over the stored rewards (appendix B, eq. 16)."""
+        if self.size == 0:
+            return 0.0
+        rewards = self.rewards[self.ordered_slots()].astype(np.float64)
+        return float(np.sqrt(np.mean(rewards**2)))

@@ -1,0 +1,547 @@
+"""PTR-PPO: proximal policy optimization with prioritized trajectory replay (Liang et al., 2021)."""
+
+import math
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from stable_baselines3 import PPO
+from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule, TensorDict
+from stable_baselines3.common.vec_env import VecEnv
+
+from sb3_impact.common.async_algorithm import MAX_LOG_RATIO, evaluate_policy_and_values
+from sb3_impact.common.buffers import observations_to_tensor
+from sb3_impact.common.distributions import behaviour_params, check_action_space, kl_from_params
+from sb3_impact.common.segments import Observation, stack_observations
+from sb3_impact.common.vtrace import fold_truncation_bootstrap
+from sb3_impact.ptr_ppo.memory import TrajectoryMemory, TrajectorySegments
+from sb3_impact.ptr_ppo.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
+
+SelfPTRPPO = TypeVar("SelfPTRPPO", bound="PTRPPO")
+
+PRIORITIES = ("max", "mean", "reward")
+# Observations evaluated per forward pass when a whole replay batch is scored without gradient.
+EVALUATION_CHUNK = 2048
+
+
+def done_cut_log_rho(log_ratios: th.Tensor, dones: th.Tensor) -> th.Tensor:
+    """
+    ``log rho^done_t`` of eq. (19), time-major ``[T, B]``: the product of the per-step ratios ``pi / b`` from
+    step ``t`` to the end of the segment, cut after the first step at or after ``t`` that ends an episode:
+    ``rho^done_t = (pi_t / b_t) * [d_t + (1 - d_t) rho^done_{t+1}]`` with ``rho^done_T = 1``.
+
+    :param log_ratios: ``log pi(a_t|s_t) - log b(a_t|s_t)``, clamped to ``[-MAX_LOG_RATIO, MAX_LOG_RATIO]``
+        here so that the sum stays finite
+    :param dones: episode ends (terminated or truncated) at step ``t``
+    """
+    log_ratios = th.clamp(log_ratios, -MAX_LOG_RATIO, MAX_LOG_RATIO)
+    log_rho = th.empty_like(log_ratios)
+    accumulator = th.zeros_like(log_ratios[0])
+    for t in range(log_ratios.shape[0] - 1, -1, -1):
+        accumulator = log_ratios[t] + th.where(dones[t], th.zeros_like(accumulator), accumulator)
+        log_rho[t] = accumulator
+    return log_rho
+
+
+def truncated_importance_weight(log_rho: th.Tensor, eps_marg: float) -> th.Tensor:
+    """
+    ``rho^marg`` of eq. (20), as written: ``min(1 - eps, rho) + [(rho - (1 - eps)) / rho]_+``.
+
+    Equal to ``rho`` up to ``1 - eps``, then ``2 - eps - (1 - eps) / rho``: continuous, increasing and
+    below ``2 - eps``. Computed from ``log rho`` without exponentiating a large number.
+    """
+    log_bound = math.log(1.0 - eps_marg)
+    capped = th.exp(th.clamp(log_rho, max=log_bound))
+    # (rho - c) / rho = 1 - c / rho, positive only where log rho > log c: clamp below to keep exp finite.
+    correction = th.clamp(1.0 - (1.0 - eps_marg) * th.exp(-th.clamp(log_rho, min=log_bound)), min=0.0)
+    return capped + correction
+
+
+def gae_with_episode_ends(
+    rewards: th.Tensor, values: th.Tensor, next_values: th.Tensor, discounts: th.Tensor, gae_lambda: float
+) -> th.Tensor:
+    """
+    ``A^done_t`` of eq. (18) with the discount and lambda of eq. (10): ``A_t = delta_t + discount_t lambda A_{t+1}``,
+    ``delta_t = r_t + discount_t V(s_{t+1}) - V(s_t)``, time-major ``[T, B]``, ``A_T = 0``.
+
+    ``discounts`` is ``gamma`` or 0 where an episode ended at ``t`` (see
+    :func:`sb3_impact.common.vtrace.fold_truncation_bootstrap`, which also folds the time-limit bootstrap
+    ``gamma V(final observation)`` into ``rewards``), so the trace is cut at every episode end.
+    """
+    deltas = rewards + discounts * next_values - values
+    advantages = th.empty_like(deltas)
+    accumulator = th.zeros_like(deltas[0])
+    for t in range(deltas.shape[0] - 1, -1, -1):
+        accumulator = deltas[t] + discounts[t] * gae_lambda * accumulator
+        advantages[t] = accumulator
+    return advantages
+
+
+def segment_priorities(advantages: th.Tensor, priority: str) -> np.ndarray:
+    """Eq. (12) (``"max"``) or eq. (13) (``"mean"``) over ``|A_t|`` of each segment, ``advantages`` ``[T, B]``."""
+    magnitudes = advantages.abs()
+    if priority == "max":
+        return magnitudes.max(dim=0).values.cpu().numpy().astype(np.float64)
+    if priority == "mean":
+        return magnitudes.mean(dim=0).cpu().numpy().astype(np.float64)
+    raise ValueError(f"priority must be 'max' or 'mean' here, got {priority!r}")
+
+
+class PTRPPO(PPO):
+    """
+    PTR-PPO: PPO with prioritized trajectory replay.
+
+    Paper: https://arxiv.org/abs/2112.03798 (section 4, Algorithm 1). Every iteration is an SB3 PPO update
+    (``n_epochs`` epochs) on the fresh rollout; then the rollout's ``n_envs`` segments (one environment's
+    ``n_steps`` steps each) enter a FIFO priority memory of ``memory_size`` segments, and ``replay_rounds``
+    rounds follow. Each round samples ``replay_batch`` segments with probability ``p^alpha / sum p^alpha``,
+    scores them with the current network (GAE cut at episode ends, eq. 18; done-cut importance product,
+    eq. 19; truncated weight ``rho^marg``, eq. 20), takes one epoch of minibatch steps (size ``batch_size``)
+    on the clipped surrogate with ratio ``pi / b`` and advantage ``rho^marg * GAE`` (eqs. 21-22), an
+    importance-weighted one-step TD value loss (eq. 16, corrected) and the entropy bonus (eq. 23), and
+    finally updates the sampled segments' priorities.
+
+    :param policy: The policy model to use (MlpPolicy, CnnPolicy, MultiInputPolicy)
+    :param env: The environment to learn from (if registered in Gym, can be str)
+    :param learning_rate: The learning rate (Table 1: 1e-4), a constant or a schedule of the remaining progress
+    :param n_steps: Steps per environment per rollout, i.e. the length of one trajectory segment
+    :param batch_size: Minibatch size, for the fresh rollout and for the replay rounds
+    :param n_epochs: PPO epochs on each fresh rollout (2: the paper trains the fresh data twice, section 5.3.2)
+    :param gamma: Discount factor (Table 1: 0.99)
+    :param gae_lambda: GAE lambda (Table 1: 0.95)
+    :param clip_range: PPO clipping parameter epsilon (Table 1: 0.1), for the fresh and the replayed data
+    :param clip_range_vf: Value clipping of the fresh-rollout PPO update (as SB3 PPO; not used in replay)
+    :param normalize_advantage: Normalize the advantages of each minibatch (fresh and replayed)
+    :param ent_coef: Entropy coefficient beta (Table 1: 0.001)
+    :param vf_coef: Value function coefficient, for the fresh and the replayed data
+    :param max_grad_norm: The maximum value for the gradient clipping
+    :param memory_size: Segments kept in the priority memory (the paper's default 256)
+    :param replay_rounds: Replay rounds N per iteration (0: plain PPO)
+    :param replay_batch: Segments M sampled per replay round (None: ``n_envs``, as many as a fresh rollout)
+    :param priority: Trajectory priority: ``"max"`` or ``"mean"`` of ``|GAE|`` (eqs. 12-13) or ``"reward"``,
+        the normalised undiscounted segment return (eq. 14)
+    :param priority_alpha: Exponent alpha of the sampling probabilities (eq. 2; 0 is uniform sampling)
+    :param eps_marg: epsilon^marg of the truncated importance weight (eq. 20; Table 1: 0.2), in (0, 1)
+    :param target_kl: Early stopping of the fresh-rollout PPO epochs (as SB3 PPO)
+    :param stats_window_size: Window size for the rollout logging (episodes)
+    :param tensorboard_log: the log location for tensorboard (if None, no logging)
+    :param policy_kwargs: additional arguments to be passed to the policy on creation
+    :param verbose: Verbosity level: 0 for no output, 1 for info messages, 2 for debug messages
+    :param seed: Seed for the pseudo random generators (also seeds the replay sampling)
+    :param device: Device (cpu, cuda, ...) on which the code should be run
+    :param _init_setup_model: Whether or not to build the network at the creation of the instance
+    """
+
+    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
+        "MlpPolicy": MlpPolicy,
+        "CnnPolicy": CnnPolicy,
+        "MultiInputPolicy": MultiInputPolicy,
+    }
+
+    def __init__(
+        self,
+        policy: str | type[ActorCriticPolicy],
+        env: GymEnv | str,
+        learning_rate: float | Schedule = 1e-4,
+        n_steps: int = 128,
+        batch_size: int = 64,
+        n_epochs: int = 2,
+        gamma: float = 0.99,
+        gae_lambda: float = 0.95,
+        clip_range: float | Schedule = 0.1,
+        clip_range_vf: float | Schedule | None = None,
+        normalize_advantage: bool = True,
+        ent_coef: float = 0.001,
+        vf_coef: float = 0.5,
+        max_grad_norm: float = 0.5,
+        memory_size: int = 256,
+        replay_rounds: int = 8,
+        replay_batch: int | None = None,
+        priority: str = "max",
+        priority_alpha: float = 0.6,
+        eps_marg: float = 0.2,
+        target_kl: float | None = None,
+        stats_window_size: int = 100,
+        tensorboard_log: str | None = None,
+        policy_kwargs: dict[str, Any] | None = None,
+        verbose: int = 0,
+        seed: int | None = None,
+        device: th.device | str = "auto",
+        _init_setup_model: bool = True,
+    ) -> None:
+        if priority not in PRIORITIES:
+            raise ValueError(f"priority must be one of {PRIORITIES}, got {priority!r}")
+        if not (0.0 < eps_marg < 1.0):
+            raise ValueError(f"eps_marg must be in (0, 1), got {eps_marg}")
+        if not (priority_alpha >= 0 and math.isfinite(priority_alpha)):
+            raise ValueError(f"priority_alpha must be a finite number >= 0, got {priority_alpha}")
+        if replay_rounds < 0:
+            raise ValueError(f"replay_rounds must be >= 0, got {replay_rounds}")
+        if replay_batch is not None and replay_batch < 1:
+            raise ValueError(f"replay_batch must be >= 1 or None, got {replay_batch}")
+        if memory_size < 1:
+            raise ValueError(f"memory_size must be >= 1, got {memory_size}")
+        if memory_size < (replay_batch or 1):
+            raise ValueError(f"memory_size ({memory_size}) must be >= replay_batch ({replay_batch})")
+        super().__init__(
+            policy,
+            env,
+            learning_rate=learning_rate,
+            n_steps=n_steps,
+            batch_size=batch_size,
+            n_epochs=n_epochs,
+            gamma=gamma,
+            gae_lambda=gae_lambda,
+            clip_range=clip_range,
+            clip_range_vf=clip_range_vf,
+            normalize_advantage=normalize_advantage,
+            ent_coef=ent_coef,
+            vf_coef=vf_coef,
+            max_grad_norm=max_grad_norm,
+            target_kl=target_kl,
+            stats_window_size=stats_window_size,
+            tensorboard_log=tensorboard_log,
+            policy_kwargs=policy_kwargs,
+            verbose=verbose,
+            seed=seed,
+            device=device,
+            _init_setup_model=False,
+        )
+        self.memory_size = memory_size
+        self.replay_rounds = replay_rounds
+        self.replay_batch = replay_batch
+        self.priority = priority
+        self.priority_alpha = priority_alpha
+        self.eps_marg = eps_marg
+        if self.env is not None:
+            check_action_space(self.action_space)
+            if memory_size < self.effective_replay_batch:
+                raise ValueError(
+                    f"memory_size ({memory_size}) must be >= replay_batch ({self.effective_replay_batch}, "
+                    f"None means n_envs = {self.n_envs})"
+                )
+        self.replayed_segments = 0
+        self.replay_updates = 0
+        self._memory: TrajectoryMemory | None = None
+        self._replay_rng: np.random.Generator | None = None
+        self._pending_rollout: TrajectorySegments | None = None
+        self._step_records: list[tuple[np.ndarray, np.ndarray, dict[int, Observation]]] = []
+        self._recording = False
+        if _init_setup_model:
+            self._setup_model()
+
+    @property
+    def effective_replay_batch(self) -> int:
+        """Segments sampled per replay round (``replay_batch``, or ``n_envs`` when it is None)."""
+        return self.replay_batch if self.replay_batch is not None else self.n_envs
+
+    @property
+    def replay_memory(self) -> TrajectoryMemory:
+        """The priority memory (empty after a load: it is not saved)."""
+        assert self._memory is not None, "call _setup_model() first"
+        return self._memory
+
+    def _setup_model(self) -> None:
+        super()._setup_model()
+        self._memory = TrajectoryMemory(self.memory_size, self.priority_alpha)
+        self._replay_rng = np.random.default_rng(self.seed)
+        self._pending_rollout = None
+        self._step_records = []
+        self._recording = False
+
+    def _excluded_save_params(self) -> list[str]:
+        # The memory holds up to memory_size * n_steps observations: it is not written into the zip.
+        return [*super()._excluded_save_params(), "_memory", "_replay_rng", "_pending_rollout", "_step_records"]
+
+    # ---------------------------------------------------------------- collection
+
+    def _update_info_buffer(self, infos: list[dict[str, Any]], dones: np.ndarray | None = None) -> None:
+        super()._update_info_buffer(infos, dones)
+        if not self._recording or dones is None:
+            return
+        # Called by OnPolicyAlgorithm.collect_rollouts once per vector step, right before it folds
+        # gamma * V(final observation) into the reward of time-limit ends: record those ends (same test).
+        truncations = np.zeros(len(infos), dtype=bool)
+        final_observations = {}
+        for index, (done, info) in enumerate(zip(dones, infos, strict=True)):
+            if done and info.get("terminal_observation") is not None and info.get("TimeLimit.truncated", False):
+                truncations[index] = True
+                final_observations[index] = info["terminal_observation"]
+        self._step_records.append((np.asarray(dones, dtype=bool).copy(), truncations, final_observations))
+
+    def collect_rollouts(
+        self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
+    ) -> bool:
+        self._step_records = []
+        self._recording = True
+        try:
+            complete = super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
+        finally:
+            self._recording = False
+        # The policy has not changed since the rollout started: its segments are recorded now, before train().
+        self._pending_rollout = self._rollout_segments(rollout_buffer) if complete else None
+        self._step_records = []
+        return complete
+
+    def _buffer_observation(self, observation: Observation, leading_shape: tuple[int, ...]) -> Observation:
+        """An environment observation reshaped to the rollout buffer's layout (e.g. Discrete spaces: ``[..., 1]``)."""
+        obs_shape = self.rollout_buffer.obs_shape
+        if isinstance(observation, dict):
+            return {
+                key: np.asarray(value).reshape(*leading_shape, *obs_shape[key])  # type: ignore[index]
+                for key, value in observation.items()
+            }
+        return np.asarray(observation).reshape(*leading_shape, *obs_shape)  # type: ignore[misc]
+
+    @th.no_grad()
+    def _rollout_segments(self, rollout_buffer: RolloutBuffer) -> TrajectorySegments:
+        """The fresh rollout as ``n_envs`` segments, with behaviour parameters and raw rewards."""
+        assert not rollout_buffer.generator_ready, "the rollout buffer was already flattened by get()"
+        n_steps, n_envs = rollout_buffer.buffer_size, rollout_buffer.n_envs
+        assert len(self._step_records) == n_steps
+
+        def segment_major(array: np.ndarray) -> np.ndarray:
+            return np.ascontiguousarray(np.swapaxes(array, 0, 1))
+
+        observations: Observation
+        if isinstance(rollout_buffer.observations, dict):
+            observations = {key: segment_major(value) for key, value in rollout_buffer.observations.items()}
+        else:
+            observations = segment_major(rollout_buffer.observations)
+        dones = np.stack([record[0] for record in self._step_records])  # [T, E]
+        truncations = np.stack([record[1] for record in self._step_records])
+        terminations = dones & ~truncations
+        final_observations: list[dict[int, Observation]] = [{} for _ in range(n_envs)]
+        final_positions = []
+        for step, (_, _, finals) in enumerate(self._step_records):
+            for env_index, observation in finals.items():
+                final_observations[env_index][step] = self._buffer_observation(observation, ())
+                final_positions.append((step, env_index))
+
+        self.policy.set_training_mode(False)
+        # Behaviour distribution parameters: the policy that collected the rollout, on its observations.
+        flat_observations = observations_to_tensor(observations, self.device, merge_time=True)
+        params = []
+        for chunk in self._chunks(flat_observations, n_envs * n_steps):
+            params.append(behaviour_params(self.policy.get_distribution(chunk)).cpu().numpy())
+        behaviour = np.concatenate(params).reshape(n_envs, n_steps, -1).astype(np.float32)
+
+        # SB3's PPO added gamma * V(final observation) to the reward of time-limit ends (collect_rollouts);
+        # the memory keeps the environment's reward and bootstraps with the value function of each replay.
+        rewards = np.array(rollout_buffer.rewards, dtype=np.float32)
+        if final_positions:
+            stacked = stack_observations([final_observations[e][t] for t, e in final_positions])
+            folded_values = self.policy.predict_values(observations_to_tensor(stacked, self.device, merge_time=False))
+            for (step, env_index), value in zip(final_positions, folded_values.flatten().cpu().numpy(), strict=True):
+                rewards[step, env_index] -= self.gamma * value
+
+        assert self._last_obs is not None
+        return TrajectorySegments(
+            observations=observations,
+            actions=segment_major(rollout_buffer.actions),
+            rewards=segment_major(rewards),
+            terminations=segment_major(terminations),
+            truncations=segment_major(truncations),
+            behaviour_log_probs=segment_major(rollout_buffer.log_probs.astype(np.float32)),
+            behaviour_params=behaviour,
+            next_observations=self._buffer_observation(self._last_obs, (n_envs,)),  # type: ignore[arg-type]
+            final_observations=final_observations,
+        )
+
+    # ---------------------------------------------------------------- scoring segments
+
+    @staticmethod
+    def _chunks(observations: th.Tensor | TensorDict, size: int, chunk: int = EVALUATION_CHUNK):
+        for start in range(0, size, chunk):
+            if isinstance(observations, dict):
+                yield {key: value[start : start + chunk] for key, value in observations.items()}
+            else:
+                yield observations[start : start + chunk]
+
+    def _actions_tensor(self, actions: np.ndarray) -> th.Tensor:
+        """Stored actions ``[B, T, ...]`` as ``evaluate_actions`` takes them (flattened segment-major)."""
+        tensor = th.as_tensor(actions.reshape(-1, *actions.shape[2:]).astype(np.float32), device=self.device)
+        if isinstance(self.action_space, spaces.Discrete):
+            tensor = tensor.long().flatten()
+        return tensor
+
+    @th.no_grad()
+    def _score_segments(self, segments: TrajectorySegments) -> dict[str, th.Tensor]:
+        """
+        Evaluate stored segments with the current network: time-major ``[T, B]`` GAE (eq. 18), one-step TD
+        targets, ``log pi - log b`` and the behaviour parameters, plus the flattened tensors for the loss.
+        """
+        n_segments, n_steps = segments.n_segments, segments.n_steps
+        self.policy.set_training_mode(False)
+        observations = observations_to_tensor(segments.observations, self.device, merge_time=True)
+        actions = self._actions_tensor(segments.actions)
+        values, log_probs = [], []
+        size = n_segments * n_steps
+        for start, chunk in zip(range(0, size, EVALUATION_CHUNK), self._chunks(observations, size), strict=True):
+            distribution, chunk_values = evaluate_policy_and_values(self.policy, chunk)
+            values.append(chunk_values)
+            log_probs.append(distribution.log_prob(actions[start : start + EVALUATION_CHUNK]))
+        values_bt = th.cat(values).reshape(n_segments, n_steps)
+        log_probs_bt = th.cat(log_probs).reshape(n_segments, n_steps)
+
+        bootstrap_values = self.policy.predict_values(
+            observations_to_tensor(segments.next_observations, self.device, merge_time=False)
+        ).flatten()
+        final_values = th.zeros(n_steps, n_segments, device=self.device)
+        positions = [(t, b) for b, finals in enumerate(segments.final_observations) for t in finals]
+        if positions:
+            stacked = stack_observations([segments.final_observations[b][t] for t, b in positions])
+            finals_values = self.policy.predict_values(observations_to_tensor(stacked, self.device, merge_time=False))
+            steps = th.as_tensor([t for t, _ in positions], device=self.device)
+            columns = th.as_tensor([b for _, b in positions], device=self.device)
+            final_values[steps, columns] = finals_values.flatten()
+
+        def time_major(array: np.ndarray) -> th.Tensor:
+            return th.as_tensor(np.ascontiguousarray(array.T), device=self.device)
+
+        values_tb = values_bt.T
+        terminations, truncations = time_major(segments.terminations), time_major(segments.truncations)
+        rewards, discounts = fold_truncation_bootstrap(
+            time_major(segments.rewards).float(), terminations, truncations, final_values, self.gamma
+        )
+        next_values = th.cat([values_tb[1:], bootstrap_values.unsqueeze(0)], dim=0)
+        advantages = gae_with_episode_ends(rewards, values_tb, next_values, discounts, self.gae_lambda)
+        log_ratios = log_probs_bt.T - time_major(segments.behaviour_log_probs).float()
+        return {
+            "observations": observations,  # type: ignore[dict-item]
+            "actions": actions,
+            "advantages": advantages,
+            "td_targets": rewards + discounts * next_values,
+            "log_ratios": log_ratios,
+            "dones": terminations | truncations,
+            "behaviour_log_probs": th.as_tensor(segments.behaviour_log_probs.reshape(-1), device=self.device).float(),
+            "behaviour_params": th.as_tensor(segments.behaviour_params.reshape(size, -1), device=self.device).float(),
+        }
+
+    def _priorities(self, slots: np.ndarray, advantages: th.Tensor | None) -> np.ndarray:
+        if self.priority == "reward":
+            return self.replay_memory.reward_priorities(slots)
+        assert advantages is not None
+        return segment_priorities(advantages, self.priority)
+
+    # ---------------------------------------------------------------- training
+
+    def train(self) -> None:
+        """Algorithm 1, lines 16-25: PPO on the fresh rollout, insertion with priorities, replay rounds."""
+        super().train()
+        memory = self.replay_memory
+        if self._pending_rollout is not None:
+            segments, self._pending_rollout = self._pending_rollout, None
+            slots = memory.add(segments)  # the reward statistics see the new returns first (Fig. 3)
+            # Line 18: priorities of the new segments, with the network just updated on them.
+            advantages = None
+            if self.priority != "reward":  # (with more segments than slots, only the last ones were kept)
+                advantages = self._score_segments(segments)["advantages"][:, segments.n_segments - len(slots) :]
+            memory.update_priorities(slots, self._priorities(slots, advantages))
+
+        stats: dict[str, list[float]] = {}
+        if len(memory) > 0:
+            for _ in range(self.replay_rounds):
+                for name, value in self._replay_round().items():
+                    stats.setdefault(name, []).append(value)
+        for name, values in stats.items():
+            self.logger.record(f"train/{name}", float(np.mean(values)))
+        filled = memory.filled_slots()
+        if len(filled):
+            self.logger.record("train/priority_mean", float(memory.priorities[filled].mean()))
+            self.logger.record("train/priority_max", float(memory.priorities[filled].max()))
+        self.logger.record("train/memory_segments", len(memory))
+        self.logger.record("train/replayed_segments", self.replayed_segments)
+        self.logger.record("train/replay_updates", self.replay_updates)
+
+    def _replay_round(self) -> dict[str, float]:
+        """Algorithm 1, lines 21-24: sample M segments, one epoch of PTR-PPO minibatch steps, new priorities."""
+        assert self._replay_rng is not None
+        memory = self.replay_memory
+        slots = memory.sample(self.effective_replay_batch, self._replay_rng)
+        scored = self._score_segments(memory.get(slots))
+        with th.no_grad():
+            # Eqs. (19)-(21): done-cut importance product, truncated weight, off-policy advantage.
+            rho_marg = truncated_importance_weight(done_cut_log_rho(scored["log_ratios"], scored["dones"]), self.eps_marg)
+            advantages = (rho_marg * scored["advantages"]).T.flatten()  # back to segment-major, as the observations
+            # Eq. (16) weight pi / b of each step, truncated like eq. (20) so that it stays below 2 - eps_marg.
+            value_weights = truncated_importance_weight(scored["log_ratios"], self.eps_marg).T.flatten()
+            td_targets = scored["td_targets"].T.flatten()
+        new_priorities = self._priorities(slots, scored["advantages"])
+
+        clip_range = self.clip_range(self._current_progress_remaining)  # type: ignore[operator]
+        self.policy.set_training_mode(True)
+        size = advantages.shape[0]
+        losses, policy_losses, value_losses, entropy_losses, clip_fractions, kls = [], [], [], [], [], []
+        permutation = th.as_tensor(self._replay_rng.permutation(size), device=self.device)
+        for start in range(0, size, self.batch_size):
+            indices = permutation[start : start + self.batch_size]
+            observations = (
+                {key: value[indices] for key, value in scored["observations"].items()}
+                if isinstance(scored["observations"], dict)
+                else scored["observations"][indices]
+            )
+            distribution, values = evaluate_policy_and_values(self.policy, observations)
+            log_prob = distribution.log_prob(scored["actions"][indices])
+            entropy = distribution.entropy()
+            batch_advantages = advantages[indices]
+            if self.normalize_advantage and len(batch_advantages) > 1:
+                batch_advantages = (batch_advantages - batch_advantages.mean()) / (batch_advantages.std() + 1e-8)
+            # Eq. (22): clipped surrogate with the ratio to the stored behaviour probability, in log space.
+            log_ratio = th.clamp(log_prob - scored["behaviour_log_probs"][indices], -MAX_LOG_RATIO, MAX_LOG_RATIO)
+            ratio = th.exp(log_ratio)
+            policy_loss = -th.min(
+                batch_advantages * ratio, batch_advantages * th.clamp(ratio, 1 - clip_range, 1 + clip_range)
+            ).mean()
+            # Eq. (16) with V(s) and V(s') in their places: w (r + gamma V(s') (1 - d) - V(s))^2.
+            value_loss = (value_weights[indices] * (td_targets[indices] - values) ** 2).mean()
+            entropy_loss = -th.mean(entropy) if entropy is not None else -th.mean(-log_prob)
+            loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss  # eq. (23)
+            self.policy.optimizer.zero_grad()
+            loss.backward()
+            th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
+            self.policy.optimizer.step()
+            self.replay_updates += 1
+            with th.no_grad():
+                kl = kl_from_params(self.action_space, scored["behaviour_params"][indices], distribution).mean()
+                clip_fraction = (th.abs(ratio - 1) > clip_range).float().mean()
+                values_logged = th.stack([loss, policy_loss, value_loss, entropy_loss, clip_fraction, kl]).tolist()
+            stores = (losses, policy_losses, value_losses, entropy_losses, clip_fractions, kls)
+            for store, value in zip(stores, values_logged, strict=True):
+                store.append(value)
+
+        # Line 24: the sampled segments' priorities, from the GAE of this round.
+        memory.update_priorities(slots, new_priorities)
+        self.replayed_segments += len(slots)
+        return {
+            "replay_loss": float(np.mean(losses)),
+            "replay_policy_loss": float(np.mean(policy_losses)),
+            "replay_value_loss": float(np.mean(value_losses)),
+            "replay_entropy_loss": float(np.mean(entropy_losses)),
+            "replay_clip_fraction": float(np.mean(clip_fractions)),
+            "replay_kl": float(np.mean(kls)),
+            "rho_marg_mean": float(rho_marg.mean()),
+            "rho_marg_max": float(rho_marg.max()),
+        }
+
+    def learn(
+        self: SelfPTRPPO,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        log_interval: int = 1,
+        tb_log_name: str = "PTRPPO",
+        reset_num_timesteps: bool = True,
+        progress_bar: bool = False,
+    ) -> SelfPTRPPO:
+        return super().learn(
+            total_timesteps=total_timesteps,
+            callback=callback,
+            log_interval=log_interval,
+            tb_log_name=tb_log_name,
+            reset_num_timesteps=reset_num_timesteps,
+            progress_bar=progress_bar,
+        )

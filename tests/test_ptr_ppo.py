@@ -1,0 +1,461 @@
+"""PTR-PPO: the sum-tree, the priority memory, the estimators of section 4 against slow references, and the algorithm."""
+
+import math
+import zipfile
+
+import numpy as np
+import pytest
+import torch as th
+from gymnasium import spaces
+from stable_baselines3 import PPO
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.envs import IdentityEnv, IdentityEnvBox, IdentityEnvMultiBinary, IdentityEnvMultiDiscrete
+from stable_baselines3.common.vec_env import DummyVecEnv
+
+from sb3_impact import PTRPPO
+from sb3_impact.common.distributions import distribution_from_params
+from sb3_impact.common.sum_tree import SumTree
+from sb3_impact.common.vtrace import fold_truncation_bootstrap
+from sb3_impact.ptr_ppo.memory import PRIORITY_EPS, RunningReturnStatistics, TrajectoryMemory, TrajectorySegments
+from sb3_impact.ptr_ppo.ptr_ppo import (
+    done_cut_log_rho,
+    gae_with_episode_ends,
+    segment_priorities,
+    truncated_importance_weight,
+)
+
+from .test_algorithms import DictObsEnv, ImageEnv
+
+SMALL = dict(n_steps=16, batch_size=32, policy_kwargs=dict(net_arch=[16]), device="cpu")
+
+
+# ------------------------------------------------------------------------------------------ sum-tree
+
+
+def internal_sums_match(tree: SumTree) -> bool:
+    nodes = tree._nodes
+    parents = np.arange(1, tree._leaf_offset)
+    return bool(np.all(nodes[parents] == nodes[2 * parents] + nodes[2 * parents + 1]))
+
+
+@pytest.mark.parametrize("capacity", [1, 2, 7, 256, 1000])
+def test_sum_tree_total_after_many_random_updates_has_no_drift(capacity):
+    rng = np.random.default_rng(0)
+    tree, naive = SumTree(capacity), np.zeros(capacity)
+    for _ in range(3000):
+        indices = rng.integers(0, capacity, size=rng.integers(1, 9))
+        # priorities spanning 16 orders of magnitude, with zeros: the worst case for incremental sums
+        values = np.where(rng.random(indices.size) < 0.2, 0.0, 10.0 ** rng.uniform(-8, 8, size=indices.size))
+        tree.update(indices, values)
+        for index, value in zip(indices, values, strict=True):
+            naive[index] = value
+    np.testing.assert_array_equal(tree.priorities, naive)
+    assert math.isclose(tree.total, math.fsum(naive), rel_tol=1e-12)
+    assert internal_sums_match(tree)  # every node is exactly the sum of its children: nothing accumulates
+    tree.update(np.arange(capacity), 0.0)
+    assert tree.total == 0.0  # an incremental (+= delta) tree would keep a rounding residue here
+
+
+@pytest.mark.parametrize("stratified", [False, True])
+def test_sum_tree_sampling_frequencies_match_priorities(stratified):
+    rng = np.random.default_rng(1)
+    priorities = np.array([0.0, 1.0, 2.0, 0.0, 5.0, 0.5, 10.0, 0.01, 0.0, 3.0, 1e-3])
+    tree = SumTree(len(priorities))
+    tree.update(np.arange(len(priorities)), priorities)
+    n_draws = 200_000
+    samples = np.concatenate([tree.sample(50, rng, stratified=stratified) for _ in range(n_draws // 50)])
+    counts = np.bincount(samples, minlength=len(priorities))
+    expected = n_draws * priorities / priorities.sum()
+    # per-slot binomial bounds (5 sigma, fixed seed) and a chi-square statistic over the positive slots
+    sigma = np.sqrt(n_draws * (priorities / priorities.sum()) * (1 - priorities / priorities.sum()))
+    assert np.all(np.abs(counts - expected) <= 5 * sigma + 1), (counts, expected)
+    positive = priorities > 0
+    chi_square = np.sum((counts[positive] - expected[positive]) ** 2 / expected[positive])
+    assert chi_square < 35.0  # 99.99% quantile of chi2 with 7 degrees of freedom is about 29.9 (+ margin)
+    assert counts[~positive].sum() == 0
+
+
+def test_sum_tree_never_returns_zero_priority_slots_even_on_boundaries():
+    tree = SumTree(6)
+    tree.update(np.arange(6), [0.0, 0.1, 0.0, 0.2, 0.0, 0.0])
+    cumulative = np.array([0.0, 0.1, 0.1 + 0.2])
+    values = np.concatenate([cumulative, [tree.total, np.nextafter(tree.total, 0), 0.1 + 1e-17, 1e300]])
+    assert set(tree.find(values).tolist()) <= {1, 3}
+    rng = np.random.default_rng(2)
+    assert set(tree.sample(10_000, rng).tolist()) == {1, 3}
+    tree.update(3, 0.0)  # a slot set back to 0 is never sampled again
+    assert set(tree.sample(1000, rng, stratified=True).tolist()) == {1}
+
+
+def test_sum_tree_edge_cases():
+    tree = SumTree(1)
+    tree.update(0, 2.5)
+    assert tree.total == 2.5 and tree.sample(4, np.random.default_rng(0)).tolist() == [0, 0, 0, 0]
+    tree = SumTree(5)
+    with pytest.raises(ValueError, match="all 0"):
+        tree.sample(1, np.random.default_rng(0))
+    tree.update([1, 1, 1], [1.0, 2.0, 3.0])  # repeated indices: the last value wins
+    assert tree[1] == 3.0 and tree.total == 3.0
+    with pytest.raises(ValueError, match="priorities"):
+        tree.update(0, -1.0)
+    with pytest.raises(ValueError, match="priorities"):
+        tree.update(0, float("nan"))
+    with pytest.raises(IndexError):
+        tree.update(5, 1.0)
+    with pytest.raises(ValueError, match="capacity"):
+        SumTree(0)
+    tree.update(np.array([], dtype=np.int64), np.array([]))  # an empty update is a no-op
+    assert tree.total == 3.0
+
+
+# ------------------------------------------------------------------------------------------ priorities
+
+
+def test_max_and_mean_priorities_by_hand():
+    advantages = th.tensor([[1.0, -0.5], [-3.0, 0.25], [2.0, 0.0]])  # [T=3, B=2]
+    np.testing.assert_allclose(segment_priorities(advantages, "max"), [3.0, 0.5])
+    np.testing.assert_allclose(segment_priorities(advantages, "mean"), [2.0, 0.75 / 3])
+
+
+def test_reward_priority_by_hand_with_statistics_updated_on_insertion_only():
+    memory = TrajectoryMemory(capacity=4, priority_alpha=1.0)
+    first = make_segments(n_segments=2, n_steps=3, seed=0)
+    first.rewards[:] = np.array([[1.0, 1.0, 1.0], [0.0, 0.0, 1.0]])  # returns 3 and 1
+    slots = memory.add(first)
+    # eq. 14 after inserting 3 and 1: mean 2, std sqrt(((3-2)^2 + (1-2)^2) / 2) = 1
+    assert memory.return_statistics.mean == 2.0 and memory.return_statistics.std == 1.0
+    np.testing.assert_allclose(memory.reward_priorities(slots), [1.0, 1.0])
+    memory.update_priorities(slots, memory.reward_priorities(slots))
+    memory.sample(3, np.random.default_rng(0))
+    assert memory.return_statistics.count == 2  # sampling and priority updates leave the statistics alone
+    second = make_segments(n_segments=1, n_steps=3, seed=1)
+    second.rewards[:] = 2.0  # return 6: mean 10/3, M2 = 2 + (6 - 2)(6 - 10/3)
+    new_slots = memory.add(second)
+    mean, std = 10 / 3, math.sqrt((2 + 4 * (6 - 10 / 3)) / 3)
+    np.testing.assert_allclose([memory.return_statistics.mean, memory.return_statistics.std], [mean, std])
+    np.testing.assert_allclose(
+        memory.reward_priorities(np.concatenate([slots, new_slots])), np.abs([3 - mean, 1 - mean, 6 - mean]) / std
+    )
+    np.testing.assert_allclose(np.std([3.0, 1.0, 6.0]), std)
+
+
+def test_running_return_statistics_match_numpy():
+    returns = np.random.default_rng(3).normal(5.0, 3.0, size=500)
+    statistics = RunningReturnStatistics()
+    for chunk in np.array_split(returns, 7):
+        statistics.update(chunk)
+    assert math.isclose(statistics.mean, returns.mean(), rel_tol=1e-12)
+    assert math.isclose(statistics.std, returns.std(), rel_tol=1e-10)
+    assert np.all(RunningReturnStatistics().normalised_priorities(np.array([1.0, 2.0])) == 0.0)
+
+
+def test_memory_priorities_get_exponent_and_floor():
+    memory = TrajectoryMemory(capacity=3, priority_alpha=0.5)
+    slots = memory.add(make_segments(n_segments=3, n_steps=2, seed=0))
+    memory.update_priorities(slots, [0.0, 4.0, 9.0])
+    np.testing.assert_allclose(memory.tree.priorities, np.sqrt(np.array([0.0, 4.0, 9.0]) + PRIORITY_EPS))
+    uniform = TrajectoryMemory(capacity=3, priority_alpha=0.0)
+    uniform.update_priorities(uniform.add(make_segments(n_segments=3, n_steps=2, seed=0)), [0.0, 4.0, 9.0])
+    np.testing.assert_allclose(uniform.tree.priorities, 1.0)
+
+
+# ------------------------------------------------------------------------------------------ memory
+
+
+def make_segments(n_segments: int, n_steps: int, seed: int, obs_dim: int = 3) -> TrajectorySegments:
+    rng = np.random.default_rng(seed)
+    truncations = rng.random((n_segments, n_steps)) < 0.2
+    terminations = (rng.random((n_segments, n_steps)) < 0.2) & ~truncations
+    finals = [{int(t): rng.normal(size=obs_dim).astype(np.float32) for t in np.flatnonzero(row)} for row in truncations]
+    return TrajectorySegments(
+        observations=rng.normal(size=(n_segments, n_steps, obs_dim)).astype(np.float32),
+        actions=rng.integers(0, 2, size=(n_segments, n_steps, 1)),
+        rewards=rng.normal(size=(n_segments, n_steps)).astype(np.float32),
+        terminations=terminations,
+        truncations=truncations,
+        behaviour_log_probs=rng.normal(size=(n_segments, n_steps)).astype(np.float32),
+        behaviour_params=rng.normal(size=(n_segments, n_steps, 2)).astype(np.float32),
+        next_observations=rng.normal(size=(n_segments, obs_dim)).astype(np.float32),
+        final_observations=finals,
+    )
+
+
+def test_memory_is_fifo_and_returns_what_was_stored():
+    memory = TrajectoryMemory(capacity=4, priority_alpha=1.0)
+    first, second = make_segments(3, 5, seed=0), make_segments(3, 5, seed=1)
+    np.testing.assert_array_equal(memory.add(first), [0, 1, 2])
+    np.testing.assert_array_equal(memory.add(second), [3, 0, 1])
+    assert len(memory) == 4 and memory.inserted == 6 and memory.overwritten == 2
+    np.testing.assert_array_equal(memory.filled_slots(), [2, 3, 0, 1])  # oldest first
+    stored = memory.get(np.array([2, 0]))
+    np.testing.assert_array_equal(stored.observations[0], first.observations[2])
+    np.testing.assert_array_equal(stored.observations[1], second.observations[1])
+    np.testing.assert_array_equal(stored.rewards[1], second.rewards[1])
+    np.testing.assert_array_equal(stored.next_observations[0], first.next_observations[2])
+    assert stored.final_observations[1].keys() == second.final_observations[1].keys()
+    np.testing.assert_array_equal(memory.returns[0], second.rewards[1].astype(np.float64).sum())
+    many = make_segments(6, 5, seed=2)  # more segments than slots: only the last 4 survive
+    memory.add(many)
+    np.testing.assert_array_equal(memory.get(memory.filled_slots()).observations, many.observations[2:])
+    assert memory.overwritten == 2 + 6
+
+
+# ------------------------------------------------------------------------------------------ estimators
+
+
+def test_rho_done_is_cut_at_done_by_hand():
+    ratios = th.tensor([[2.0], [0.5], [4.0], [3.0], [0.25]])  # [T=5, B=1]
+    dones = th.tensor([[False], [True], [False], [False], [False]])
+    rho = done_cut_log_rho(ratios.log(), dones).exp().flatten()
+    # t=0: 2 * 0.5 (cut after the done at t=1); t=1: 0.5 alone; t>=2: product to the end of the segment
+    th.testing.assert_close(rho, th.tensor([1.0, 0.5, 3.0, 0.75, 0.25]))
+
+
+def slow_rho_done(ratios: np.ndarray, dones: np.ndarray) -> np.ndarray:
+    """Eq. (19) per step: pi_t/b_t * (d_t + (1 - d_t) prod_{k>t} pi_k/b_k), the product itself cut at the next done."""
+    n_steps, n_envs = ratios.shape
+    rho = np.zeros_like(ratios)
+    for b in range(n_envs):
+        for t in range(n_steps):
+            product = ratios[t, b]
+            k = t
+            while not dones[k, b] and k + 1 < n_steps:
+                k += 1
+                product *= ratios[k, b]
+            rho[t, b] = product
+    return rho
+
+
+def slow_rho_marg(rho: float, eps: float) -> float:
+    return min(1 - eps, rho) + max((rho - (1 - eps)) / rho, 0.0)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_rho_done_and_rho_marg_against_slow_references(seed):
+    rng = np.random.default_rng(seed)
+    log_ratios = rng.normal(0.0, 0.7, size=(9, 4))
+    dones = rng.random((9, 4)) < 0.25
+    log_rho = done_cut_log_rho(th.as_tensor(log_ratios), th.as_tensor(dones))
+    np.testing.assert_allclose(log_rho.exp().numpy(), slow_rho_done(np.exp(log_ratios), dones), rtol=1e-10)
+    for eps in (0.05, 0.2, 0.6):
+        expected = np.array([slow_rho_marg(rho, eps) for rho in np.exp(log_rho.numpy()).flat]).reshape(log_rho.shape)
+        np.testing.assert_allclose(truncated_importance_weight(log_rho, eps).numpy(), expected, rtol=1e-10, atol=1e-12)
+
+
+def test_importance_weights_stay_finite_and_bounded_for_extreme_ratios():
+    log_ratios = th.tensor([[1e4, -1e4, 80.0], [200.0, -300.0, -80.0], [float("1e30"), 0.0, 80.0]], dtype=th.float32)
+    dones = th.zeros_like(log_ratios, dtype=th.bool)
+    log_rho = done_cut_log_rho(log_ratios, dones)
+    weights = truncated_importance_weight(log_rho, 0.2)
+    assert th.isfinite(log_rho).all() and th.isfinite(weights).all()
+    assert (weights >= 0).all() and (weights <= 2 - 0.2).all()
+    extremes = truncated_importance_weight(th.tensor([-1e9, 1e9, 0.0]), 0.2)
+    th.testing.assert_close(extremes, th.tensor([0.0, 1.8, 0.8 + 0.2]))
+
+
+def slow_gae(rewards, values, bootstrap, final_values, terminations, truncations, gamma, lam):
+    """Sum_k (gamma lambda)^(k-t) delta_k up to the end of the episode, with delta from eq. (11) and the bootstrap rules."""
+    n_steps, n_envs = rewards.shape
+    advantages = np.zeros_like(rewards)
+    for b in range(n_envs):
+        deltas = []
+        for t in range(n_steps):
+            if terminations[t, b]:
+                next_value = 0.0
+            elif truncations[t, b]:
+                next_value = final_values[t, b]
+            elif t + 1 < n_steps:
+                next_value = values[t + 1, b]
+            else:
+                next_value = bootstrap[b]
+            deltas.append(rewards[t, b] + gamma * next_value - values[t, b])
+        for t in range(n_steps):
+            total, k = 0.0, t
+            while True:
+                total += (gamma * lam) ** (k - t) * deltas[k]
+                if terminations[k, b] or truncations[k, b] or k + 1 == n_steps:
+                    break
+                k += 1
+            advantages[t, b] = total
+    return advantages
+
+
+def replay_gae(rewards, values, bootstrap, final_values, terminations, truncations, gamma, lam):
+    tensors = [th.as_tensor(x) for x in (rewards, values, bootstrap, final_values, terminations, truncations)]
+    rewards_t, values_t, bootstrap_t, final_t, term_t, trunc_t = tensors
+    folded, discounts = fold_truncation_bootstrap(rewards_t, term_t, trunc_t, final_t, gamma)
+    next_values = th.cat([values_t[1:], bootstrap_t.unsqueeze(0)])
+    return gae_with_episode_ends(folded, values_t, next_values, discounts, lam).numpy()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_replay_gae_against_slow_reference_with_terminations_and_truncations(seed):
+    rng = np.random.default_rng(seed)
+    shape = (12, 5)
+    truncations = rng.random(shape) < 0.15
+    terminations = (rng.random(shape) < 0.15) & ~truncations
+    args = (rng.normal(size=shape), rng.normal(size=shape), rng.normal(size=5), rng.normal(size=shape))
+    expected = slow_gae(*args, terminations, truncations, 0.97, 0.9)
+    np.testing.assert_allclose(replay_gae(*args, terminations, truncations, 0.97, 0.9), expected, rtol=1e-10, atol=1e-12)
+
+
+def test_segment_with_truncation_equals_its_two_pieces():
+    rng = np.random.default_rng(4)
+    rewards, values, final = rng.normal(size=(8, 1)), rng.normal(size=(8, 1)), rng.normal(size=(8, 1))
+    bootstrap = rng.normal(size=1)
+    truncations = np.zeros((8, 1), dtype=bool)
+    truncations[3] = True
+    no_ends = np.zeros((8, 1), dtype=bool)
+    whole = replay_gae(rewards, values, bootstrap, final, no_ends, truncations, 0.99, 0.95)
+    # first piece: steps 0-3 bootstrapped with V(final observation); second piece: steps 4-7
+    first = replay_gae(rewards[:4], values[:4], final[3], final[:4], no_ends[:4], no_ends[:4], 0.99, 0.95)
+    second = replay_gae(rewards[4:], values[4:], bootstrap, final[4:], no_ends[4:], no_ends[4:], 0.99, 0.95)
+    np.testing.assert_allclose(whole, np.concatenate([first, second]), rtol=1e-12)
+
+
+# ------------------------------------------------------------------------------------------ algorithm
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_no_replay_rounds_is_sb3_ppo(env_id):
+    shared = dict(n_steps=32, batch_size=16, n_epochs=3, gamma=0.95, gae_lambda=0.9, ent_coef=0.01, vf_coef=0.5, seed=7)
+    shared.update(learning_rate=1e-3, clip_range=0.2, max_grad_norm=0.5, policy_kwargs=dict(net_arch=[16]), device="cpu")
+    env_kwargs = dict(max_episode_steps=20)  # time-limit truncations inside the segment
+    # Each model is built right before it learns: both draw the same random numbers from the seed.
+    ppo = PPO("MlpPolicy", make_vec_env(env_id, n_envs=2, seed=1, env_kwargs=env_kwargs), **shared).learn(64)
+    ptr = PTRPPO("MlpPolicy", make_vec_env(env_id, n_envs=2, seed=1, env_kwargs=env_kwargs), replay_rounds=0, **shared)
+    ptr.learn(64)
+    assert ptr._n_updates == ppo._n_updates == 3
+    assert len(ptr.replay_memory) == 2  # the rollout was still stored
+    for (name, expected), actual in zip(ppo.policy.state_dict().items(), ptr.policy.state_dict().values(), strict=True):
+        th.testing.assert_close(actual, expected, rtol=0, atol=0, msg=name)
+    # and with replay rounds the parameters move away from PPO's
+    ptr = PTRPPO("MlpPolicy", make_vec_env(env_id, n_envs=2, seed=1, env_kwargs=env_kwargs), replay_rounds=1, **shared)
+    ptr.learn(64)
+    assert ptr.replay_updates == 4
+    assert not th.equal(ptr.policy.state_dict()["action_net.weight"], ppo.policy.state_dict()["action_net.weight"])
+
+
+def test_stored_segments_hold_raw_rewards_truncations_and_behaviour_policy():
+    env = make_vec_env("CartPole-v1", n_envs=2, seed=0, env_kwargs=dict(max_episode_steps=10))
+    model = PTRPPO("MlpPolicy", env, replay_rounds=0, **SMALL).learn(32)
+    memory = model.replay_memory
+    stored = memory.get(memory.filled_slots())
+    # CartPole pays 1 per step; SB3 folded gamma * V(final obs) into truncated steps, the memory undid it
+    np.testing.assert_allclose(stored.rewards, 1.0, atol=1e-5)
+    assert stored.truncations.sum() >= 2 and not (stored.truncations & stored.terminations).any()
+    for b, finals in enumerate(stored.final_observations):
+        assert sorted(finals) == np.flatnonzero(stored.truncations[b]).tolist()
+    # the behaviour distribution rebuilt from the stored parameters gives the stored log-probabilities
+    params = th.as_tensor(stored.behaviour_params.reshape(-1, 2))
+    log_probs = distribution_from_params(model.action_space, params).log_prob(th.as_tensor(stored.actions.reshape(-1)))
+    np.testing.assert_allclose(log_probs.numpy(), stored.behaviour_log_probs.reshape(-1), rtol=1e-5, atol=1e-6)
+    # after the segment: the observation the next rollout started from
+    np.testing.assert_array_equal(stored.next_observations[-2:], model._last_obs)
+
+
+@pytest.mark.parametrize("priority", ["max", "mean", "reward"])
+def test_insertion_priorities_follow_the_definition(priority):
+    env = make_vec_env("Pendulum-v1", n_envs=2, seed=0, env_kwargs=dict(max_episode_steps=12))
+    model = PTRPPO("MlpPolicy", env, replay_rounds=0, priority=priority, **SMALL).learn(64)
+    memory = model.replay_memory
+    slots = memory.filled_slots()
+    assert len(slots) == 4 and memory.return_statistics.std > 0
+    slots = slots[2:]  # inserted by the last iteration, after its PPO update: the network has not changed since
+    if priority == "reward":
+        expected = np.abs(memory.returns[slots] - memory.return_statistics.mean) / memory.return_statistics.std
+    else:
+        scored = model._score_segments(memory.get(slots))
+        expected = segment_priorities(scored["advantages"], priority)
+    np.testing.assert_allclose(memory.priorities[slots], expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "env_factory",
+    [
+        lambda: IdentityEnv(4),
+        lambda: IdentityEnvMultiDiscrete(3),
+        lambda: IdentityEnvMultiBinary(3),
+        lambda: IdentityEnvBox(eps=0.5),
+    ],
+    ids=["Discrete", "MultiDiscrete", "MultiBinary", "Box"],
+)
+def test_learns_on_every_action_space(env_factory):
+    model = PTRPPO("MlpPolicy", make_vec_env(env_factory, n_envs=2, seed=0), replay_rounds=2, seed=0, **SMALL).learn(96)
+    assert model.replay_updates == 3 * 2 and len(model.replay_memory) == 6  # 3 iterations, 2 rounds of 32 steps
+    assert all(th.isfinite(p).all() for p in model.policy.parameters())
+
+
+def test_multi_input_cnn_and_discrete_observations():
+    PTRPPO("MultiInputPolicy", DictObsEnv(), n_steps=8, batch_size=8, replay_rounds=1, device="cpu", seed=0).learn(16)
+    cnn = dict(features_extractor_kwargs=dict(features_dim=16), net_arch=[])
+    PTRPPO("CnnPolicy", ImageEnv(), n_steps=8, batch_size=8, replay_rounds=1, policy_kwargs=cnn, device="cpu").learn(16)
+    env = DummyVecEnv([lambda: IdentityEnv(space=spaces.Discrete(3))])  # Discrete observations too
+    PTRPPO("MlpPolicy", env, replay_rounds=1, **SMALL).learn(48)
+
+
+def test_save_load_round_trip_without_the_memory(tmp_path):
+    model = PTRPPO("MlpPolicy", make_vec_env("CartPole-v1", n_envs=2, seed=0), replay_rounds=2, priority="reward", **SMALL)
+    model.learn(64)
+    assert len(model.replay_memory) == 4
+    model.save(tmp_path / "model.zip")
+    with zipfile.ZipFile(tmp_path / "model.zip") as archive:
+        data = archive.read("data").decode()
+    assert "_memory" not in data and "_pending_rollout" not in data
+    loaded = PTRPPO.load(tmp_path / "model.zip", env=make_vec_env("CartPole-v1", n_envs=2, seed=0), device="cpu")
+    for name, tensor in model.policy.state_dict().items():
+        th.testing.assert_close(loaded.policy.state_dict()[name], tensor)
+    assert (loaded.priority, loaded.memory_size, loaded.replay_rounds, loaded.eps_marg) == ("reward", 256, 2, 0.2)
+    assert len(loaded.replay_memory) == 0
+    loaded.learn(64, reset_num_timesteps=False)
+    assert len(loaded.replay_memory) == 4 and loaded.num_timesteps == 128
+
+
+def test_logs_the_ptr_ppo_and_ppo_keys():
+    model = PTRPPO("MlpPolicy", make_vec_env("CartPole-v1", n_envs=2, seed=0), replay_rounds=1, **SMALL).learn(32)
+    logged = model.logger.name_to_value
+    for key in ["priority_mean", "priority_max", "rho_marg_mean", "replay_loss", "policy_gradient_loss", "approx_kl"]:
+        assert f"train/{key}" in logged and np.isfinite(logged[f"train/{key}"]), key
+
+
+@pytest.mark.parametrize(
+    "kwargs, parameter",
+    [
+        (dict(priority="median"), "priority"),
+        (dict(memory_size=4, replay_batch=8), "memory_size"),
+        (dict(memory_size=1), "memory_size"),  # replay_batch None means n_envs = 2
+        (dict(eps_marg=0.0), "eps_marg"),
+        (dict(eps_marg=1.0), "eps_marg"),
+        (dict(priority_alpha=-0.1), "priority_alpha"),
+        (dict(replay_rounds=-1), "replay_rounds"),
+        (dict(replay_batch=0), "replay_batch"),
+    ],
+)
+def test_bad_input_raises_naming_the_parameter(kwargs, parameter):
+    with pytest.raises(ValueError, match=parameter):
+        PTRPPO("MlpPolicy", make_vec_env("CartPole-v1", n_envs=2), **{**SMALL, **kwargs})
+
+
+def test_more_envs_than_memory_slots_keeps_the_newest_segments():
+    env = make_vec_env("CartPole-v1", n_envs=4, seed=0)
+    model = PTRPPO("MlpPolicy", env, memory_size=2, replay_batch=2, replay_rounds=1, **SMALL).learn(128)  # 8 segments
+    assert len(model.replay_memory) == 2 and model.replay_memory.overwritten == 6
+
+
+@pytest.mark.parametrize("priority", ["max", "mean", "reward"])
+def test_short_learn_on_cartpole(priority):
+    env = make_vec_env("CartPole-v1", n_envs=4, seed=0)
+    small = dict(n_steps=32, batch_size=64, policy_kwargs=dict(net_arch=[32]), device="cpu", seed=0)
+    model = PTRPPO("MlpPolicy", env, replay_rounds=2, memory_size=8, priority=priority, **small).learn(512)
+    assert len(model.replay_memory) == 8 and model.replay_memory.overwritten == 8
+    assert model.replayed_segments == 4 * 2 * 4  # 4 iterations, 2 rounds of n_envs segments
+    assert all(th.isfinite(p).all() for p in model.policy.parameters())
+    assert np.all(np.isfinite(model.replay_memory.priorities))
+
+
+@pytest.mark.slow
+def test_learns_cartpole():
+    env = make_vec_env("CartPole-v1", n_envs=8, seed=0)
+    model = PTRPPO("MlpPolicy", env, n_steps=32, batch_size=256, learning_rate=1e-3, seed=0, device="cpu")
+    model.learn(30_000)
+    assert np.mean([info["r"] for info in model.ep_info_buffer]) > 150

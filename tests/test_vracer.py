@@ -1,0 +1,518 @@
+"""V-RACER with ReF-ER: estimators against slow references written from the paper, memory, save/load, bad input."""
+
+import math
+import zipfile
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch as th
+from stable_baselines3.common.logger import KVWriter, Logger
+
+from sb3_impact import VRACER
+from sb3_impact.common.episode_memory import EpisodeReplayMemory
+from sb3_impact.common.refer import (
+    annealed_c_max,
+    annealed_lr_factor,
+    diag_gaussian_kl,
+    diag_gaussian_kl_grad,
+    diag_gaussian_log_prob,
+    far_fraction,
+    is_near_policy,
+    update_beta,
+)
+from sb3_impact.common.retrace import retrace_q_ret, v_tbc
+from sb3_impact.common.vtrace import vtrace
+from sb3_impact.vracer.vracer import refer_vracer_loss
+
+GAMMA = 0.9
+
+
+# --- slow references, written from the paper -------------------------------------------------------
+
+
+def reference_q_ret(rewards, values, log_rhos, terminated, final_value, gamma):
+    """Eqs. 6-7 step by step, backwards; V_tbc after the last step is 0 (terminated) or V(s_T) (truncated)."""
+    q_ret = [0.0] * len(rewards)
+    v_tbc_next = 0.0 if terminated else float(final_value)
+    for t in reversed(range(len(rewards))):
+        q_ret[t] = float(rewards[t]) + gamma * v_tbc_next
+        rho_bar = 1.0 if log_rhos[t] >= 0 else math.exp(float(log_rhos[t]))  # min(1, rho) without overflow
+        v_tbc_next = float(values[t]) + rho_bar * (q_ret[t] - float(values[t]))
+    return np.array(q_ret)
+
+
+def reference_beta(beta, far_fraction_value, refer_d, eta):
+    """Eq. 12."""
+    if far_fraction_value > refer_d:
+        return (1 - eta) * beta
+    return (1 - eta) * beta + eta
+
+
+def random_episode(rng, length, extreme=False):
+    rewards = rng.normal(size=length)
+    values = rng.normal(size=length)
+    scale = 60.0 if extreme else 1.5
+    log_rhos = rng.normal(scale=scale, size=length)
+    if extreme:
+        log_rhos[rng.integers(length)] = 800.0  # exp() would overflow
+        log_rhos[rng.integers(length)] = -800.0  # exp() would underflow to 0
+    return rewards, values, log_rhos
+
+
+# --- Retrace / V-tbc ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("extreme", [False, True])
+def test_retrace_matches_reference_on_random_episodes(extreme):
+    rng = np.random.default_rng(0)
+    pieces = {"rewards": [], "values": [], "log_rhos": [], "is_last": [], "last_values": []}
+    expected = []
+    for episode in range(12):
+        length = int(rng.integers(1, 40))
+        rewards, values, log_rhos = random_episode(rng, length, extreme)
+        terminated = episode % 2 == 0
+        final_value = float(rng.normal()) * 5
+        expected.append(reference_q_ret(rewards, values, log_rhos, terminated, final_value, GAMMA))
+        is_last = np.zeros(length, dtype=bool)
+        is_last[-1] = True
+        last_values = np.zeros(length)
+        last_values[-1] = 0.0 if terminated else final_value
+        for key, value in zip(pieces, (rewards, values, log_rhos, is_last, last_values), strict=True):
+            pieces[key].append(value)
+    flat = {key: np.concatenate(value) for key, value in pieces.items()}
+    q_ret = retrace_q_ret(flat["rewards"], flat["values"], flat["log_rhos"], flat["is_last"], flat["last_values"], GAMMA)
+    assert np.all(np.isfinite(q_ret))
+    np.testing.assert_allclose(q_ret, np.concatenate(expected), rtol=1e-10, atol=1e-10)
+
+
+def test_retrace_episodes_processed_together_equal_separately():
+    rng = np.random.default_rng(1)
+    rewards, values, log_rhos = random_episode(rng, 30)
+    is_last = np.zeros(30, dtype=bool)
+    is_last[[9, 29]] = True  # a truncated episode of 10 steps, then a terminated one of 20
+    last_values = np.zeros(30)
+    last_values[9] = 3.0
+    together = retrace_q_ret(rewards, values, log_rhos, is_last, last_values, GAMMA)
+    first = retrace_q_ret(rewards[:10], values[:10], log_rhos[:10], is_last[:10], last_values[:10], GAMMA)
+    second = retrace_q_ret(rewards[10:], values[10:], log_rhos[10:], is_last[10:], last_values[10:], GAMMA)
+    np.testing.assert_allclose(together, np.concatenate([first, second]))
+
+
+def test_v_tbc_is_vtrace_with_weights_clipped_at_one():
+    """Section 2: V-tbc equals V-trace with rho_bar = c_bar = 1 (here against the project's V-trace)."""
+    rng = np.random.default_rng(2)
+    for terminated in (True, False):
+        rewards, values, log_rhos = random_episode(rng, 25)
+        final_value = 2.5
+        is_last = np.zeros(25, dtype=bool)
+        is_last[-1] = True
+        last_values = np.where(is_last, 0.0 if terminated else final_value, 0.0)
+        q_ret = retrace_q_ret(rewards, values, log_rhos, is_last, last_values, GAMMA)
+        ours = v_tbc(q_ret, values, log_rhos)
+        discounts = np.full(25, GAMMA)
+        if terminated:
+            discounts[-1] = 0.0
+        column = lambda x: th.as_tensor(np.asarray(x, dtype=np.float64)).unsqueeze(1)  # noqa: E731
+        vs, _ = vtrace(
+            column(np.zeros(25)),
+            column(log_rhos),
+            column(rewards),
+            column(values),
+            th.tensor([final_value], dtype=th.float64),
+            column(discounts),
+        )
+        np.testing.assert_allclose(ours, vs.squeeze(1).numpy(), rtol=1e-9, atol=1e-9)
+
+
+def test_retrace_on_policy_is_the_discounted_return():
+    rewards = np.array([1.0, 2.0, 3.0])
+    q_ret = retrace_q_ret(rewards, np.array([5.0, -5.0, 9.0]), np.zeros(3), np.array([False, False, True]), np.zeros(3), 0.5)
+    np.testing.assert_allclose(q_ret, [1 + 0.5 * 2 + 0.25 * 3, 2 + 0.5 * 3, 3])
+
+
+def test_retrace_rejects_incomplete_episode():
+    with pytest.raises(ValueError, match="is_last"):
+        retrace_q_ret(np.ones(2), np.ones(2), np.zeros(2), np.array([True, False]), np.zeros(2), GAMMA)
+
+
+# --- ReF-ER rules -----------------------------------------------------------------------------------
+
+
+def test_near_far_boundaries():
+    c_max = 2.5
+    log_c = math.log(c_max)
+    log_rhos = th.tensor([0.0, log_c - 1e-6, log_c, log_c + 1e-6, -log_c + 1e-6, -log_c, -log_c - 1e-6, 1e4, -1e4])
+    expected = [True, True, False, False, True, False, False, False, False]
+    assert is_near_policy(log_rhos, c_max).tolist() == expected
+    assert is_near_policy(log_rhos.numpy(), c_max).tolist() == expected
+    # same classification as the paper's 1/c_max < rho < c_max on ratios away from the boundary
+    rhos = np.array([0.3, 0.41, 0.39, 1.0, 2.4, 2.6])
+    assert is_near_policy(np.log(rhos), c_max).tolist() == [bool(1 / c_max < rho < c_max) for rho in rhos]
+    assert far_fraction(log_rhos.numpy().astype(np.float64), c_max) == pytest.approx(6 / 9)
+    assert far_fraction(np.array([0.0, 0.0, 5.0, 0.0]), c_max, n_samples=2) == pytest.approx(0.5)  # zero padding
+
+
+def test_beta_update_matches_eq_12():
+    rng = np.random.default_rng(3)
+    beta = reference = 1.0
+    for _ in range(200):
+        fraction, eta = float(rng.uniform(0, 0.3)), float(rng.uniform(0, 0.05))
+        beta, reference = update_beta(beta, fraction, 0.1, eta), reference_beta(reference, fraction, 0.1, eta)
+        assert beta == pytest.approx(reference, abs=1e-12)
+    assert update_beta(0.5, 0.1, 0.1, 0.01) == pytest.approx(0.505)  # n_far / N = D: "otherwise" branch
+    assert update_beta(0.5, 0.1000001, 0.1, 0.01) == pytest.approx(0.495)
+    assert update_beta(1.0, 0.0, 0.1, 0.3) == 1.0 and update_beta(0.0, 0.9, 0.1, 0.3) == 0.0  # fixed points
+
+
+def test_annealing_eq_13():
+    assert annealed_c_max(4.0, 5e-7, 0) == 5.0
+    assert annealed_c_max(4.0, 5e-7, 2_000_000) == pytest.approx(1 + 4 / 2)
+    assert annealed_lr_factor(5e-7, 2_000_000) == pytest.approx(0.5)
+    assert annealed_c_max(4.0, 0.0, 10**9) == 5.0
+
+
+@pytest.mark.parametrize("extreme", [False, True])
+def test_gaussian_kl_value_and_gradient(extreme):
+    gen = th.Generator().manual_seed(4)
+    spread = 3.0 if extreme else 0.5
+    shape = (64, 3)
+    mu_mean, pi_mean = th.randn(shape, generator=gen, dtype=th.float64) * 4, th.randn(shape, generator=gen, dtype=th.float64)
+    mu_log_std = th.randn(shape, generator=gen, dtype=th.float64) * spread
+    pi_log_std = th.randn(shape, generator=gen, dtype=th.float64) * spread
+    pi_mean.requires_grad_(True)
+    pi_log_std.requires_grad_(True)
+    kl = diag_gaussian_kl(mu_mean, mu_log_std, pi_mean, pi_log_std)
+    normal = th.distributions.Normal
+    expected = th.distributions.kl_divergence(normal(mu_mean, mu_log_std.exp()), normal(pi_mean, pi_log_std.exp())).sum(-1)
+    th.testing.assert_close(kl, expected)
+    assert th.all(kl >= 0) and th.all(th.isfinite(kl))
+    grad_mean, grad_log_std = th.autograd.grad(kl.sum(), (pi_mean, pi_log_std))
+    analytic_mean, analytic_log_std = diag_gaussian_kl_grad(mu_mean, mu_log_std, pi_mean.detach(), pi_log_std.detach())
+    th.testing.assert_close(analytic_mean, grad_mean)
+    th.testing.assert_close(analytic_log_std, grad_log_std)
+    th.testing.assert_close(diag_gaussian_kl(mu_mean, mu_log_std, mu_mean, mu_log_std), th.zeros(64, dtype=th.float64))
+
+
+def test_gaussian_log_prob_matches_torch():
+    gen = th.Generator().manual_seed(5)
+    actions, mean, log_std = (th.randn(10, 2, generator=gen) for _ in range(3))
+    expected = th.distributions.Normal(mean, log_std.exp()).log_prob(actions).sum(-1)
+    th.testing.assert_close(diag_gaussian_log_prob(actions, mean, log_std), expected)
+
+
+def test_loss_far_samples_give_only_the_kl_gradient():
+    """Rule 1: no policy and no value gradient from far samples; rule 2: beta g - (1 - beta) grad KL (eq. 10)."""
+    c_max, beta = 2.0, 0.7
+    log_mu = th.zeros(4)
+    log_pi = th.tensor([0.1, -0.2, 3.0, -3.0], requires_grad=True)  # two near, two far
+    values = th.tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
+    kl_inputs = th.ones(4, requires_grad=True)
+    q_ret = th.tensor([2.0, 0.0, 10.0, -10.0])
+    loss, parts = refer_vracer_loss(log_pi, log_mu, values, q_ret, kl_inputs * 1.0, c_max, beta, (1, 2))
+    loss.backward()
+    assert log_pi.grad[2] == 0 and log_pi.grad[3] == 0 and values.grad[2] == 0 and values.grad[3] == 0
+    rhos = th.exp(log_pi.detach()[:2])
+    advantages = q_ret[:2] - values.detach()[:2]
+    th.testing.assert_close(log_pi.grad[:2], -beta * rhos * advantages / 4)  # eq. 5
+    rho_bars = th.clamp(rhos, max=1.0)
+    th.testing.assert_close(values.grad[:2], -beta * rho_bars * advantages / 4)  # eqs. 7, 9
+    th.testing.assert_close(kl_inputs.grad, th.full((4,), (1 - beta) / 4))  # eq. 10 on every sample
+    assert parts["batch_near_fraction"].item() == 0.5
+
+    # plain ER: every sample counts, rho is clipped at 1e3, no KL term
+    log_pi = th.tensor([50.0, -50.0], requires_grad=True)
+    kl_inputs = th.ones(2, requires_grad=True)
+    loss, _ = refer_vracer_loss(log_pi, th.zeros(2), th.zeros(2), th.ones(2), kl_inputs * 1.0, c_max, beta, ())
+    loss.backward()
+    assert th.isfinite(loss)
+    th.testing.assert_close(log_pi.grad, -th.tensor([1e3, math.exp(-50.0)]) / 2)
+    assert kl_inputs.grad is None or th.all(kl_inputs.grad == 0)
+
+
+# --- replay memory ----------------------------------------------------------------------------------
+
+
+def make_memory(capacity=10, n_envs=1, gamma=GAMMA):
+    return EpisodeReplayMemory(capacity, gym.spaces.Box(-1, 1, (2,)), gym.spaces.Box(-1, 1, (1,)), n_envs=n_envs, gamma=gamma)
+
+
+def add_episode(memory, episode_id, length, truncated=False, final_value=0.0):
+    """One environment; steps with reward = episode_id and observation = (episode_id, t)."""
+    for t in range(length):
+        done = t == length - 1
+        final = np.array([episode_id, length], dtype=np.float32) if done else None
+        memory.add(
+            np.array([[episode_id, t]], dtype=np.float32),
+            np.zeros((1, 1)),
+            np.array([float(episode_id)]),
+            np.zeros((1, 2)),
+            np.array([0.5]),
+            np.array([done]),
+            np.array([truncated]),
+            [final],
+            np.array([final_value]),
+            np.array([[episode_id, t + 1]], dtype=np.float32),
+        )
+
+
+def stored_episode_ids(memory):
+    return memory.observations[""][memory.ordered_slots(), 0].astype(int).tolist()
+
+
+def test_memory_fifo_eviction_by_whole_episode():
+    memory = make_memory(capacity=10)
+    add_episode(memory, 1, 4)
+    add_episode(memory, 2, 3)
+    assert stored_episode_ids(memory) == [1] * 4 + [2] * 3 and len(memory) == 7
+    add_episode(memory, 3, 5)  # does not fit: episode 1 goes, whole
+    assert stored_episode_ids(memory) == [2] * 3 + [3] * 5
+    assert memory.n_steps_evicted == 4 and memory.n_episodes_evicted == 1
+    add_episode(memory, 4, 2)  # fits (10 steps), wraps around the ring
+    assert stored_episode_ids(memory) == [2] * 3 + [3] * 5 + [4] * 2 and len(memory) == 10
+    add_episode(memory, 5, 1)
+    assert stored_episode_ids(memory) == [3] * 5 + [4] * 2 + [5]
+    slots = memory.ordered_slots()
+    assert memory.is_first[slots].tolist() == [True, False, False, False, False, True, False, True]
+    assert memory.is_last[slots].tolist() == [False, False, False, False, True, False, True, True]
+    # steps inside each episode keep their order
+    assert memory.observations[""][slots, 1].astype(int).tolist() == [0, 1, 2, 3, 4, 0, 1, 0]
+    # evicted slots no longer count for the far fraction
+    assert np.count_nonzero(memory.log_rhos) == 0
+
+
+def test_memory_episode_longer_than_capacity_keeps_its_end_and_counts_the_rest():
+    memory = make_memory(capacity=5)
+    add_episode(memory, 1, 8)
+    assert len(memory) == 5 and memory.n_steps_dropped == 3
+    assert memory.observations[""][memory.ordered_slots(), 1].astype(int).tolist() == [3, 4, 5, 6, 7]
+
+
+def test_memory_interleaved_envs_store_contiguous_episodes():
+    memory = make_memory(capacity=20, n_envs=2)
+    for t in range(3):  # env 0: 3-step episode; env 1: 2-step episode, then a running one
+        obs = np.array([[0, t], [1, t]], dtype=np.float32)
+        dones = np.array([t == 2, t == 1])
+        finals = [np.zeros(2, dtype=np.float32) if d else None for d in dones]
+        rewards, truncateds = np.array([0.0, 1.0]), np.zeros(2, bool)
+        memory.add(
+            obs, np.zeros((2, 1)), rewards, np.zeros((2, 2)), np.zeros(2), dones, truncateds, finals, np.zeros(2), obs + 1
+        )
+    assert stored_episode_ids(memory) == [1, 1, 0, 0, 0]
+    assert memory.n_staged_steps == 1
+
+
+def test_memory_q_ret_refresh_and_recompute_match_reference():
+    rng = np.random.default_rng(6)
+    memory = make_memory(capacity=30)
+    episodes = [(1, 7, False, 0.0), (2, 9, True, 4.0), (3, 6, True, -2.0), (4, 11, False, 0.0)]  # evicts episode 1
+    for episode_id, length, truncated, final_value in episodes:
+        add_episode(memory, episode_id, length, truncated, final_value)
+    memory.reward_scale = 2.0
+    for _ in range(5):
+        slots = memory.sample_slots(8)
+        values, log_rhos = rng.normal(size=8), rng.normal(scale=3, size=8)
+        before = memory.q_ret.copy()
+        memory.refresh(slots, values, log_rhos)
+        for slot in np.unique(slots):  # eq. 6 one step back
+            if not memory.is_first[slot]:
+                rho_bar = min(1.0, math.exp(memory.log_rhos[slot]))
+                v = memory.values[slot]
+                expected = memory.rewards[slot - 1] / 2.0 + GAMMA * (v + rho_bar * (before[slot] - v))
+                assert memory.q_ret[slot - 1] == pytest.approx(expected, rel=1e-5)
+    memory.recompute_q_ret()
+    slots = memory.ordered_slots()
+    position = 0
+    for episode in memory.episodes:
+        part = slots[position : position + episode.length]
+        expected = reference_q_ret(
+            memory.rewards[part] / 2.0,
+            memory.values[part],
+            memory.log_rhos[part],
+            not episode.truncated,
+            memory.last_values[part[-1]],
+            GAMMA,
+        )
+        np.testing.assert_allclose(memory.q_ret[part], expected, rtol=1e-5)
+        position += episode.length
+    assert [episode.truncated for episode in memory.episodes] == [True, True, False]
+    assert memory.last_values[memory.truncated_episode_ends()[0]].tolist() == [4.0, -2.0]
+
+
+def test_memory_samples_uniformly_among_stored_steps():
+    memory = make_memory(capacity=10)
+    for episode_id, length in ((1, 4), (2, 3), (3, 5)):
+        add_episode(memory, episode_id, length)
+    np.random.seed(0)
+    slots = memory.sample_slots(8000)
+    counts = np.bincount(slots, minlength=10)
+    valid = set(memory.ordered_slots().tolist())
+    assert all(counts[slot] > 0 for slot in valid) and all(counts[slot] == 0 for slot in set(range(10)) - valid)
+    assert counts[list(valid)].min() > 8000 / 8 * 0.8 and counts[list(valid)].max() < 8000 / 8 * 1.2
+
+
+# --- algorithm --------------------------------------------------------------------------------------
+
+
+class RecordingWriter(KVWriter):
+    def __init__(self):
+        self.records = []
+
+    def write(self, key_values, key_excluded, step=0):
+        self.records.append(dict(key_values))
+
+
+SMALL = dict(learning_starts=300, batch_size=32, buffer_size=1000, retrace_interval=50, device="cpu")
+
+
+def small_model(seed=0, **kwargs):
+    return VRACER("MlpPolicy", "Pendulum-v1", seed=seed, policy_kwargs=dict(net_arch=[32, 32]), **{**SMALL, **kwargs})
+
+
+def test_short_learn_on_pendulum_logs_refer_quantities():
+    model = small_model()
+    writer = RecordingWriter()
+    model.set_logger(Logger(folder=None, output_formats=[writer]))
+    model.learn(800, log_interval=1)
+    keys = {key for record in writer.records for key in record}
+    required = {"train/beta", "train/c_max", "train/far_fraction", "train/kl_mu_pi", "train/rho_mean"}
+    assert required | {"train/value_loss", "train/policy_loss"} <= keys
+    last = next(record for record in reversed(writer.records) if "train/beta" in record)
+    assert all(math.isfinite(value) for key, value in last.items() if key.startswith("train/"))
+    assert last["train/c_max"] == pytest.approx(annealed_c_max(4.0, 5e-7, 800))
+    assert all(th.all(th.isfinite(parameter)) for parameter in model.policy.parameters())
+    # one gradient step per env step after learning_starts (the first episode ends at step 200)
+    assert model._n_updates == 800 - 300
+    memory = model.replay_buffer
+    assert len(memory) == 800 and memory.n_staged_steps == 0  # 4 whole truncated episodes
+    assert all(episode.truncated for episode in memory.episodes)
+    assert bool(model.policy.obs_standardizer.initialized)
+    assert model.reward_scale == pytest.approx(memory.root_mean_square_reward() + 1e-7, rel=0.2)
+
+
+@pytest.mark.parametrize("rules", [(1,), (2,), ()])
+def test_ablations_run_and_keep_their_rules(rules):
+    model = small_model(refer_rules=list(rules))
+    model.learn(500)
+    assert model.refer_rules == rules
+    if 2 not in rules:
+        assert model.beta == 1.0
+    assert all(th.all(th.isfinite(parameter)) for parameter in model.policy.parameters())
+
+
+def test_predict_uses_saved_standardisation_and_load_restores_it(tmp_path):
+    model = small_model()
+    model.learn(350)  # first gradient step at 301: the memory holds the first episode (200 steps)
+    standardizer = model.policy.obs_standardizer
+    assert len(model.replay_buffer) == 200
+    mean, std = model.replay_buffer.observation_statistics()[""]
+    stats = standardizer.statistics()[""]
+    np.testing.assert_allclose(stats[0].numpy(), mean, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(stats[1].numpy(), std, rtol=1e-5, atol=1e-6)
+    model.learn(300, reset_num_timesteps=False)  # computed once (appendix B), then fixed
+    np.testing.assert_allclose(standardizer.statistics()[""][0].numpy(), mean, rtol=1e-5, atol=1e-6)
+    observations = np.random.default_rng(7).uniform(-1, 1, size=(20, 3)).astype(np.float32)
+    actions, _ = model.predict(observations, deterministic=True)
+    assert np.all(np.abs(actions) <= 2.0)
+
+    model.save(tmp_path / "model.zip")
+    with zipfile.ZipFile(tmp_path / "model.zip") as archive:
+        assert '"replay_buffer":' not in archive.read("data").decode()
+    loaded = VRACER.load(tmp_path / "model.zip", device="cpu")
+    assert bool(loaded.policy.obs_standardizer.initialized)
+    np.testing.assert_array_equal(loaded.predict(observations, deterministic=True)[0], actions)
+    assert loaded.reward_scale == model.reward_scale and loaded.beta == model.beta
+    assert loaded.refer_rules == model.refer_rules and len(loaded.replay_buffer) == 0
+
+    # the standardisation matters: without it the same network acts differently
+    standardizer.initialized.fill_(False)
+    assert not np.allclose(model.predict(observations, deterministic=True)[0], actions)
+
+
+def test_save_and_load_replay_buffer_then_continue(tmp_path):
+    model = small_model()
+    model.learn(500)
+    model.save_replay_buffer(tmp_path / "memory.pkl")
+    loaded = small_model(seed=1)
+    loaded.load_replay_buffer(tmp_path / "memory.pkl")
+    memory, original = loaded.replay_buffer, model.replay_buffer
+    assert isinstance(memory, EpisodeReplayMemory) and len(memory) == len(original)
+    for name in ("actions", "rewards", "behaviour_params", "values", "log_rhos", "q_ret", "is_first", "is_last"):
+        np.testing.assert_array_equal(getattr(memory, name), getattr(original, name))
+    np.testing.assert_array_equal(memory.observations[""], original.observations[""])
+    assert memory.n_staged_steps == original.n_staged_steps == 100
+    loaded.learn(400)  # the loaded memory's running episode is closed as truncated: no step lost
+    assert len(memory) == 500 + 400 and memory.n_staged_steps == 0 and memory.n_steps_dropped == 0
+    assert loaded._n_updates == 100
+    with pytest.raises(TypeError, match="EpisodeReplayMemory"):
+        from stable_baselines3.common.save_util import save_to_pkl
+
+        save_to_pkl(tmp_path / "other.pkl", {"not": "a memory"})
+        loaded.load_replay_buffer(tmp_path / "other.pkl")
+
+
+def test_second_learn_closes_running_episodes_as_truncated():
+    model = small_model(learning_starts=100)
+    model.learn(250)
+    assert model.replay_buffer.n_staged_steps == 50
+    model.learn(10)  # reset_num_timesteps=True resets the env: the running episode enters the memory
+    memory = model.replay_buffer
+    assert memory.n_steps_dropped == 0 and len(memory) == 250 and memory.n_staged_steps == 10
+    assert memory.episodes[-1].length == 50 and memory.episodes[-1].truncated
+
+
+def test_policy_initial_variance_and_truncated_sampling():
+    model = small_model()
+    policy = model.policy
+    th.testing.assert_close(th.exp(2 * policy.log_std()), th.full((1,), 0.2))
+    obs = th.zeros(5000, 3)
+    mean, log_std, values = policy.forward_parts(obs)
+    actions, params, _ = policy.act(obs)
+    z = (actions - mean) / th.exp(log_std)
+    assert z.abs().max() <= 3.0 + 1e-5 and z.std() > 0.8
+    th.testing.assert_close(params, th.cat([mean, log_std], dim=1))
+    assert mean.abs().max() < 0.1 and values.abs().max() < 0.1  # near-zero outputs at the start (appendix A)
+
+
+def test_dict_observations_with_multi_input_policy():
+    from stable_baselines3.common.env_util import make_vec_env
+
+    class DictPendulum(gym.ObservationWrapper):
+        def __init__(self, env):
+            super().__init__(env)
+            self.observation_space = gym.spaces.Dict({"state": env.observation_space})
+
+        def observation(self, observation):
+            return {"state": observation}
+
+    env = make_vec_env("Pendulum-v1", n_envs=2, seed=0, wrapper_class=DictPendulum)
+    model = VRACER("MultiInputPolicy", env, seed=0, **{**SMALL, "learning_starts": 400})
+    model.learn(500)
+    assert model._n_updates > 0 and bool(model.policy.obs_standardizer.initialized)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        (dict(refer_c=0), "refer_c"),
+        (dict(refer_c=-1.0), "refer_c"),
+        (dict(refer_d=0.0), "refer_d"),
+        (dict(refer_d=1.0), "refer_d"),
+        (dict(refer_a=-1e-7), "refer_a"),
+        (dict(buffer_size=100, batch_size=256), "buffer_size"),
+        (dict(refer_rules=(3,)), "refer_rules"),
+        (dict(refer_rules=(1, 1)), "refer_rules"),
+        (dict(refer_rules="12"), "refer_rules"),
+        (dict(refer_rules=(True,)), "refer_rules"),
+        (dict(refer_rules=1), "refer_rules"),
+        (dict(retrace_interval=0), "retrace_interval"),
+    ],
+)
+def test_bad_input_names_the_parameter(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        VRACER("MlpPolicy", "Pendulum-v1", **kwargs)
+
+
+def test_discrete_action_space_is_refused():
+    with pytest.raises(ValueError, match="action space"):
+        VRACER("MlpPolicy", "CartPole-v1")
