@@ -21,6 +21,7 @@ import argparse
 import shlex
 from pathlib import Path
 
+import torch as th
 from tqdm.auto import tqdm
 
 from benchmarks.common import (
@@ -51,6 +52,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--order", choices=["interleaved", "sequential"], default="interleaved",
                         help="interleaved: seed by seed, every algo; sequential: algo by algo, every seed")  # fmt: skip
     parser.add_argument("--device", default="cpu", help="learner device (collectors always run on CPU)")
+    parser.add_argument("--torch-threads", type=int, default=None,
+                        help="torch.set_num_threads for each run (default: torch's choice), recorded")  # fmt: skip
     parser.add_argument("--subproc", nargs="*", default=[], help="algos whose envs run in a SubprocVecEnv")
     parser.add_argument("--append", action="store_true", help="keep the runs already in --out/ENV.csv (same machine)")
     parser.add_argument("--out", type=Path, default=Path("results"))
@@ -68,6 +71,8 @@ def reproduce_command(args: argparse.Namespace, env_id: str, algos: list[str], s
         command += ["--threshold", str(args.threshold)]
     if args.device != "cpu":
         command += ["--device", args.device]
+    if args.torch_threads:
+        command += ["--torch-threads", str(args.torch_threads)]
     if args.subproc:
         command += ["--subproc", *args.subproc]
     return shlex.join(command)
@@ -115,6 +120,8 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as error:
         raise SystemExit(f"error: {error}") from None
     baseline = args.baseline or ("ppo" if "ppo" in args.algos else args.algos[0])
+    if args.torch_threads:
+        th.set_num_threads(args.torch_threads)
     seeds = range(args.first_seed, args.first_seed + args.seeds)
     if args.order == "interleaved":
         runs = [(env, seed, algo) for env in args.envs for seed in seeds for algo in args.algos]

@@ -48,6 +48,7 @@ def test_register_adds_algorithms_and_points_rl_zoo3_at_our_yml():
     from rl_zoo3.exp_manager import ExperimentManager
 
     assert rl_zoo3.ALGOS["impact"] is IMPACT and rl_zoo3.ALGOS["impala"] is IMPALA
+    assert all(rl_zoo3.ALGOS[name] is algo for name, algo in ZOO_ALGOS.items())
     manager = ExperimentManager(args=None, algo="impact", env_id="CartPole-v1", log_folder="unused")
     assert Path(manager.config) == hyperparams_path("impact")
     manager = ExperimentManager(args=None, algo="ppo", env_id="CartPole-v1", log_folder="unused")
@@ -60,18 +61,23 @@ def run(command: list[str], cwd: Path, **env) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.skipif(not hook_installed(), reason="needs the installed startup hook: pip install . (not -e)")
-@pytest.mark.parametrize("algo", ["impact", "impala"])
-def test_rl_zoo3_train_and_enjoy_commands(algo, tmp_path):
+@pytest.mark.parametrize(
+    "algo, env_id",
+    [("impact", "CartPole-v1"), ("impala", "CartPole-v1"), ("ppo_amber", "Pendulum-v1"), ("vracer", "Pendulum-v1"),
+     ("ptr_ppo", "CartPole-v1")],
+)  # fmt: skip
+def test_rl_zoo3_train_and_enjoy_commands(algo, env_id, tmp_path):
     train = run(
-        [sys.executable, "-m", "rl_zoo3.train", "--algo", algo, "--env", "CartPole-v1", "-n", "2000", "-f", "logs"],
+        [sys.executable, "-m", "rl_zoo3.train", "--algo", algo, "--env", env_id, "-n", "2000", "-f", "logs"],
         cwd=tmp_path,
     )
     assert train.returncode == 0, train.stderr[-3000:]
-    assert (tmp_path / "logs" / algo / "CartPole-v1_1" / "CartPole-v1.zip").is_file()
-    config_file = tmp_path / "logs" / algo / "CartPole-v1_1" / "CartPole-v1" / "config.yml"
+    assert (tmp_path / "logs" / algo / f"{env_id}_1" / f"{env_id}.zip").is_file()
+    config_file = tmp_path / "logs" / algo / f"{env_id}_1" / env_id / "config.yml"
     saved_config = yaml.load(config_file.read_text(), Loader=yaml.UnsafeLoader)  # rl-zoo3 writes an OrderedDict
-    assert dict(saved_config)["n_envs"] == 8  # read from the shipped yml, without -conf
-    enjoy_args = ["--algo", algo, "--env", "CartPole-v1", "-f", "logs/", "-n", "200", "--no-render"]
+    shipped = yaml.safe_load(hyperparams_path(algo).read_text())[env_id]
+    assert dict(saved_config)["n_envs"] == shipped.get("n_envs", 1)  # read from the shipped yml, without -conf
+    enjoy_args = ["--algo", algo, "--env", env_id, "-f", "logs/", "-n", "200", "--no-render"]
     enjoy = run([sys.executable, "-m", "rl_zoo3.enjoy", *enjoy_args], cwd=tmp_path)
     assert enjoy.returncode == 0, enjoy.stderr[-3000:]
     assert "Mean reward" in enjoy.stdout or "Episode Reward" in enjoy.stdout

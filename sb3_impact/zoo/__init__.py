@@ -10,9 +10,7 @@ Pythons that use them, ``sb3_impact.start``) that calls it when ``rl_zoo3`` is f
 
 from pathlib import Path
 
-from sb3_impact import IMPACT, IMPALA, PPOAMBER
-from sb3_impact.ptr_ppo import PTRPPO
-from sb3_impact.vracer import VRACER
+from sb3_impact import IMPACT, IMPALA, PPOAMBER, PTRPPO, VRACER
 
 ZOO_ALGOS = {"impact": IMPACT, "impala": IMPALA, "ppo_amber": PPOAMBER, "ptr_ppo": PTRPPO, "vracer": VRACER}
 HYPERPARAMS_DIR = Path(__file__).resolve().parent.parent / "hyperparams"
@@ -52,6 +50,6 @@ def patch_experiment_manager() -> None:
 
 
 def register() -> None:
-    """Register IMPACT and IMPALA with rl-zoo3 (``--algo impact`` / ``--algo impala``)."""
+    """Register every sb3-impact algorithm with rl-zoo3 (``--algo impact|impala|ppo_amber|vracer|ptr_ppo``)."""
     register_algos()
     patch_experiment_manager()
