@@ -24,6 +24,12 @@ def median_range(stats: dict[str, Any] | None, digits: int = 0) -> str:
     return median if stats.get("n", 0) == 1 else f"{median} [{low}, {high}]"
 
 
+def machine_line(machine: dict[str, Any]) -> str:
+    """Name, torch threads, GPU and date of the machine a result came from."""
+    name = machine.get("name") or f"{machine.get('processor')} x{machine.get('cpus')}"
+    return f"{name}, torch threads {machine.get('torch_threads', '?')}, GPU {machine.get('cuda') or 'none'}, {machine['date']}"
+
+
 def learning_table(summary: dict[str, Any]) -> str:
     threshold, baseline = summary["threshold"], summary["baseline"]
     machine = summary["machine"]
@@ -31,7 +37,7 @@ def learning_table(summary: dict[str, Any]) -> str:
         f"#### {summary['env']}" + (f" (threshold {threshold:g})" if threshold is not None else ""),
         "",
         f"`{summary['command']}`  ",
-        f"Machine: {machine.get('name', machine.get('processor'))}, {machine['date']}; "
+        f"Machine: {machine_line(machine)}; "
         f"{summary.get('eval_episodes', '?')} deterministic evaluation episodes every {summary.get('eval_freq', '?')} steps; "
         f"medians over seeds [min, max]; ratios vs `{baseline}` paired by seed.",
         "",
@@ -89,7 +95,7 @@ def throughput_table(reports: list[dict[str, Any]]) -> str:
             number(report, "T_sync_seconds_per_batch"),
             number(report, "broadcast_share_of_learner_time", "{:.1%}"),
             f"{number(report, 'policy_lag_mean', '{:.1f}')} / {number(report, 'policy_lag_max', '{:.0f}')}",
-            f"`{report['command']}`, {machine.get('name', machine.get('processor'))}, {machine['date']}",
+            f"`{report['command']}`, {machine_line(machine)}",
         ]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"

@@ -147,6 +147,9 @@ def test_running_return_statistics_match_numpy():
     assert math.isclose(statistics.mean, returns.mean(), rel_tol=1e-12)
     assert math.isclose(statistics.std, returns.std(), rel_tol=1e-10)
     assert np.all(RunningReturnStatistics().normalised_priorities(np.array([1.0, 2.0])) == 0.0)
+    equal_up_to_rounding = RunningReturnStatistics()  # CartPole: every segment returns n_steps, up to float32 noise
+    equal_up_to_rounding.update(np.array([32.0] * 50 + [32.00001]))
+    assert np.all(equal_up_to_rounding.normalised_priorities(np.array([32.0, 32.00001])) == 0.0)
 
 
 def test_memory_priorities_get_exponent_and_floor():

@@ -10,6 +10,9 @@ from sb3_impact.common.sum_tree import SumTree
 # Added to every priority, as PER's proportional variant does (paper section 2.2): a segment whose
 # |GAE| or normalised return is 0 keeps a small chance of being replayed.
 PRIORITY_EPS = 1e-6
+# Segment returns are sums of float32 rewards, and a time-limit end's reward is recovered by subtracting the
+# bootstrap SB3 folded into it: differences below this fraction of the mean return are rounding, not signal.
+RETURN_STD_FLOOR = 1e-4
 
 
 @dataclass
@@ -77,9 +80,13 @@ class RunningReturnStatistics:
             self.sum_squared_deviations += (value - previous_mean) * (value - self.mean)
 
     def normalised_priorities(self, returns: np.ndarray) -> np.ndarray:
-        """``|(R - mean) / std|`` (eq. 14); 0 while the standard deviation is 0."""
+        """
+        ``|(R - mean) / std|`` (eq. 14); 0 while the standard deviation is below ``RETURN_STD_FLOOR`` relative to
+        the mean return (e.g. CartPole, where every segment returns ``n_steps``: rounding noise must not be
+        blown up into priorities).
+        """
         std = self.std
-        if std <= 0:
+        if std <= RETURN_STD_FLOOR * max(1.0, abs(self.mean)):
             return np.zeros_like(np.asarray(returns, dtype=np.float64))
         return np.abs((np.asarray(returns, dtype=np.float64) - self.mean) / std)
 
