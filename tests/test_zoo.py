@@ -76,7 +76,8 @@ def test_rl_zoo3_train_and_enjoy_commands(algo, env_id, tmp_path):
     config_file = tmp_path / "logs" / algo / f"{env_id}_1" / env_id / "config.yml"
     saved_config = yaml.load(config_file.read_text(), Loader=yaml.UnsafeLoader)  # rl-zoo3 writes an OrderedDict
     shipped = yaml.safe_load(hyperparams_path(algo).read_text())[env_id]
-    assert dict(saved_config)["n_envs"] == shipped.get("n_envs", 1)  # read from the shipped yml, without -conf
+    # read from the shipped yml, without -conf
+    assert {key: dict(saved_config).get(key) for key in shipped} == shipped
     enjoy_args = ["--algo", algo, "--env", env_id, "-f", "logs/", "-n", "200", "--no-render"]
     enjoy = run([sys.executable, "-m", "rl_zoo3.enjoy", *enjoy_args], cwd=tmp_path)
     assert enjoy.returncode == 0, enjoy.stderr[-3000:]
