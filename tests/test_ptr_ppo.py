@@ -287,8 +287,7 @@ def replay_gae(rewards, values, bootstrap, final_values, terminations, truncatio
     tensors = [th.as_tensor(x) for x in (rewards, values, bootstrap, final_values, terminations, truncations)]
     rewards_t, values_t, bootstrap_t, final_t, term_t, trunc_t = tensors
     folded, discounts = fold_truncation_bootstrap(rewards_t, term_t, trunc_t, final_t, gamma)
-    next_values = th.cat([values_t[1:], bootstrap_t.unsqueeze(0)])
-    return gae_with_episode_ends(folded, values_t, next_values, discounts, lam).numpy()
+    return gae_with_episode_ends(folded, values_t, bootstrap_t, discounts, lam).numpy()
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

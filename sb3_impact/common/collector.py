@@ -81,7 +81,7 @@ class SyncCollector(Collector):
         self._pending_weights: tuple[dict[str, th.Tensor], int] | None = None
 
     def start(self) -> None:
-        pass
+        """Nothing runs in the background: each segment is collected inside :meth:`get_segment`."""
 
     def get_segment(self) -> Segment:
         if self._pending_weights is not None:
@@ -101,7 +101,7 @@ class SyncCollector(Collector):
         self.broadcast_seconds += time.perf_counter() - start
 
     def close(self) -> None:
-        pass
+        """No thread or process to stop; the VecEnv belongs to the algorithm."""
 
 
 class ThreadCollector(Collector):

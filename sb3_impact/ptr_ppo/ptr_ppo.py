@@ -17,7 +17,7 @@ from sb3_impact.common.async_algorithm import MAX_LOG_RATIO, evaluate_policy_and
 from sb3_impact.common.buffers import observations_to_tensor
 from sb3_impact.common.distributions import behaviour_params, check_action_space, kl_from_params
 from sb3_impact.common.segments import Observation, stack_observations
-from sb3_impact.common.vtrace import fold_truncation_bootstrap
+from sb3_impact.common.vtrace import fold_truncation_bootstrap, vtrace
 from sb3_impact.ptr_ppo.memory import TrajectoryMemory, TrajectorySegments
 from sb3_impact.ptr_ppo.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
@@ -62,23 +62,20 @@ def truncated_importance_weight(log_rho: th.Tensor, eps_marg: float) -> th.Tenso
 
 
 def gae_with_episode_ends(
-    rewards: th.Tensor, values: th.Tensor, next_values: th.Tensor, discounts: th.Tensor, gae_lambda: float
+    rewards: th.Tensor, values: th.Tensor, bootstrap_values: th.Tensor, discounts: th.Tensor, gae_lambda: float
 ) -> th.Tensor:
     """
     ``A^done_t`` of eq. (18) with the discount and lambda of eq. (10): ``A_t = delta_t + discount_t lambda A_{t+1}``,
-    ``delta_t = r_t + discount_t V(s_{t+1}) - V(s_t)``, time-major ``[T, B]``, ``A_T = 0``.
+    ``delta_t = r_t + discount_t V(s_{t+1}) - V(s_t)``, time-major ``[T, B]``, ``V(s_T) = bootstrap_values``.
 
     ``discounts`` is ``gamma`` or 0 where an episode ended at ``t`` (see
     :func:`sb3_impact.common.vtrace.fold_truncation_bootstrap`, which also folds the time-limit bootstrap
-    ``gamma V(final observation)`` into ``rewards``), so the trace is cut at every episode end.
+    ``gamma V(final observation)`` into ``rewards``), so the trace is cut at every episode end. This is
+    V-trace with ``pi = mu`` (every ratio 1, ``c_t = lambda``): ``v_t - V(s_t)`` of :func:`vtrace`.
     """
-    deltas = rewards + discounts * next_values - values
-    advantages = th.empty_like(deltas)
-    accumulator = th.zeros_like(deltas[0])
-    for t in range(deltas.shape[0] - 1, -1, -1):
-        accumulator = deltas[t] + discounts[t] * gae_lambda * accumulator
-        advantages[t] = accumulator
-    return advantages
+    on_policy = th.zeros_like(values)
+    vs, _ = vtrace(on_policy, on_policy, rewards, values, bootstrap_values, discounts, lambda_=gae_lambda)
+    return vs - values
 
 
 def segment_priorities(advantages: th.Tensor, priority: str) -> np.ndarray:
@@ -409,7 +406,7 @@ class PTRPPO(PPO):
             time_major(segments.rewards).float(), terminations, truncations, final_values, self.gamma
         )
         next_values = th.cat([values_tb[1:], bootstrap_values.unsqueeze(0)], dim=0)
-        advantages = gae_with_episode_ends(rewards, values_tb, next_values, discounts, self.gae_lambda)
+        advantages = gae_with_episode_ends(rewards, values_tb, bootstrap_values, discounts, self.gae_lambda)
         log_ratios = log_probs_bt.T - time_major(segments.behaviour_log_probs).float()
         return {
             "observations": observations,  # type: ignore[dict-item]

@@ -117,7 +117,7 @@ class VRACERPolicy(BasePolicy):
         if not isinstance(action_space, spaces.Box) or len(action_space.shape) != 1:
             raise ValueError(
                 f"Unsupported action space {action_space}: V-RACER needs a one-dimensional Box action space "
-                "(its policy is a diagonal Gaussian; a categorical policy is not implemented)"
+                "(its policy is a diagonal Gaussian)"
             )
         if not initial_variance > 0:
             raise ValueError(f"initial_variance must be positive, got {initial_variance}")
@@ -158,7 +158,7 @@ class VRACERPolicy(BasePolicy):
                 net_arch=self.net_arch,
                 activation_fn=self.activation_fn,
                 initial_variance=self.initial_variance,
-                lr_schedule=self._dummy_schedule,  # dummy lr schedule, not needed for loading policy alone
+                lr_schedule=self._dummy_schedule,  # as SB3's policies: the algorithm sets the real learning rate
                 features_extractor_class=self.features_extractor_class,
                 features_extractor_kwargs=self.features_extractor_kwargs,
                 optimizer_class=self.optimizer_class,

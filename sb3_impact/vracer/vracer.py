@@ -228,7 +228,7 @@ class VRACER(OffPolicyAlgorithm):
         if env is not None and not (isinstance(self.action_space, spaces.Box) and len(self.action_space.shape) == 1):
             raise ValueError(
                 f"Unsupported action space {self.action_space}: V-RACER needs a one-dimensional Box action space "
-                "(its policy is a diagonal Gaussian; a categorical policy is not implemented)"
+                "(its policy is a diagonal Gaussian)"
             )
         self.refer_c = refer_c
         self.refer_a = refer_a
