@@ -1,7 +1,8 @@
 """
 Startup hook of sb3-impact, run from ``sb3_impact.pth`` (or ``sb3_impact.start`` on Pythons that use those).
 
-It registers the algorithms with rl-zoo3 right after ``rl_zoo3`` (and ``rl_zoo3.exp_manager``) are imported.
+It registers the algorithms with rl-zoo3 right after ``rl_zoo3`` is imported, their yml when
+``rl_zoo3.exp_manager`` is, and their hyperparameter samplers when ``rl_zoo3.hyperparams_opt`` is.
 It is a top-level module so that start-up imports nothing heavy (no torch), it never raises, and
 ``SB3_IMPACT_NO_ZOO_HOOK=1`` disables it.
 """
@@ -22,13 +23,23 @@ def _after_rl_zoo3() -> None:
     register_algos()
 
 
+def _after_hyperparams_opt() -> None:
+    from sb3_impact.zoo import register_samplers
+
+    register_samplers()
+
+
 def _after_exp_manager() -> None:
     from sb3_impact.zoo import patch_experiment_manager
 
     patch_experiment_manager()
 
 
-_HOOKS: dict[str, Callable[[], None]] = {"rl_zoo3": _after_rl_zoo3, "rl_zoo3.exp_manager": _after_exp_manager}
+_HOOKS: dict[str, Callable[[], None]] = {
+    "rl_zoo3": _after_rl_zoo3,
+    "rl_zoo3.hyperparams_opt": _after_hyperparams_opt,
+    "rl_zoo3.exp_manager": _after_exp_manager,
+}
 
 
 def _run_hook(name: str) -> None:

@@ -1,9 +1,14 @@
 """Shared pieces of the benchmark scripts: zoo hyperparameters, timed evaluation, thresholds, output files."""
 
+import contextlib
 import csv
+import functools
 import json
+import multiprocessing
 import os
 import platform
+import queue
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -42,6 +47,9 @@ THRESHOLDS = {
     "LunarLanderContinuous-v3": 200.0,
 }
 ZOO_ONLY_KEYS = {"n_envs", "n_timesteps", "normalize", "policy", "env_wrapper", "frame_stack"}
+# rl-zoo3 tunes MuJoCo on the v4 ids only (PPO, SAC, TD3...); its v4 entry serves the v5 id of the same task.
+# The substitution is recorded in the harness' JSON (``hyperparams``) and on the results page.
+ZOO_VERSION_FALLBACK = {"-v5": "-v4"}
 
 
 def zoo_yml_path(algo: str) -> Path:
@@ -74,15 +82,37 @@ def zoo_entries(algo: str) -> dict[str, Any]:
     return yaml.safe_load(zoo_yml_path(algo).read_text())
 
 
+def zoo_entry_key(algo: str, env_id: str, config: dict[str, Any]) -> str:
+    """
+    The yml entry that serves ``env_id``: its own, ``atari`` for Atari ids, or -- for rl-zoo3's algorithms only --
+    the entry of the previous version of the same task (``HalfCheetah-v4`` for ``HalfCheetah-v5``).
+    """
+    if env_id in config:
+        return env_id
+    if is_atari(env_id) and "atari" in config:
+        return "atari"
+    if algo not in IMPACT_ALGOS:
+        for new, old in ZOO_VERSION_FALLBACK.items():
+            if env_id.endswith(new) and env_id[: -len(new)] + old in config:
+                return env_id[: -len(new)] + old
+    raise ValueError(f"{algo}: no hyperparameters for {env_id!r} in {zoo_yml_path(algo)}; valid: {', '.join(config)}")
+
+
+def hyperparams_source(algo: str, env_id: str) -> str:
+    """Where ``algo``'s hyperparameters on ``env_id`` come from, e.g. ``rl_zoo3/hyperparams/ppo.yml: HalfCheetah-v4``."""
+    if algo in DEFAULT_VARIANTS:
+        return "constructor defaults"
+    key = zoo_entry_key(algo, env_id, zoo_entries(algo))
+    origin = "sb3_impact/hyperparams" if algo in IMPACT_ALGOS else "rl_zoo3/hyperparams"
+    return f"{origin}/{algo}.yml: {key}"
+
+
 def load_zoo_hyperparams(algo: str, env_id: str) -> dict[str, Any]:
     """The rl-zoo3 yml entry of ``env_id``, with ``lin_`` schedules and ``policy_kwargs`` strings resolved."""
     config = zoo_entries(algo)
     if algo in DEFAULT_VARIANTS:
         return {"policy": "MlpPolicy", "n_envs": 1, "n_timesteps": 100_000}
-    key = "atari" if is_atari(env_id) and env_id not in config else env_id
-    if key not in config:
-        raise ValueError(f"{algo}: no hyperparameters for {env_id!r} in {zoo_yml_path(algo)}; valid: {', '.join(config)}")
-    params = dict(config[key])
+    params = dict(config[zoo_entry_key(algo, env_id, config)])
     unsupported = {"callback", "vec_env_wrapper", "env_kwargs"} & set(params)
     if unsupported:
         raise ValueError(f"{algo}/{env_id}: the benchmark does not handle {sorted(unsupported)}")
@@ -102,10 +132,8 @@ def validate_names(algos: list[str], env_ids: list[str]) -> None:
     for env_id in env_ids:
         if env_id not in gym.registry:
             if is_atari(env_id):
-                try:  # registers the ALE ids
-                    import ale_py
-
-                    gym.register_envs(ale_py)
+                try:
+                    register_atari()
                 except ImportError as error:
                     raise ValueError(f"{env_id!r} needs ale-py: pip install 'sb3-impact[atari]'") from error
             if env_id not in gym.registry:
@@ -118,6 +146,23 @@ def split_env_params(params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, 
     """Separate the zoo-only keys (env construction, budget, policy) from the algorithm's constructor arguments."""
     env_params = {key: params.pop(key) for key in list(params) if key in ZOO_ONLY_KEYS}
     return env_params, params
+
+
+def register_atari() -> None:
+    """Register the ALE ids with gymnasium (``ale-py`` registers them when imported)."""
+    import ale_py
+
+    gym.register_envs(ale_py)
+
+
+def make_registered_env(env_id: str, **kwargs: Any) -> gym.Env:
+    """
+    ``gym.make`` after registering the ALE ids. ``SubprocVecEnv`` workers start with a fresh interpreter
+    (forkserver/spawn), where the parent's registration is gone: they build Atari envs through this function.
+    """
+    if is_atari(env_id):
+        register_atari()
+    return gym.make(env_id, **kwargs)
 
 
 def make_training_env(
@@ -133,15 +178,15 @@ def make_training_env(
     ``n_envs`` copies of ``env_id`` as rl-zoo3 builds them: its ``env_wrapper`` (e.g. ``AtariWrapper``) around
     each Monitor-wrapped env, ``VecFrameStack`` and ``VecNormalize`` when the yml says so.
     """
-    if is_atari(env_id):
-        import ale_py
-
-        gym.register_envs(ale_py)
     wrapper_class: Callable[[gym.Env], gym.Env] | None = None
     if env_wrapper:
         wrapper_class = get_wrapper_class({"env_wrapper": env_wrapper})
     vec_env_cls = SubprocVecEnv if subproc and n_envs > 1 else DummyVecEnv
-    env = make_vec_env(env_id, n_envs=n_envs, seed=seed, vec_env_cls=vec_env_cls, wrapper_class=wrapper_class)
+    make_env: str | Callable[..., gym.Env] = env_id
+    if is_atari(env_id):
+        register_atari()
+        make_env = functools.partial(make_registered_env, env_id)
+    env = make_vec_env(make_env, n_envs=n_envs, seed=seed, vec_env_cls=vec_env_cls, wrapper_class=wrapper_class)
     if frame_stack:
         env = VecFrameStack(env, int(frame_stack))
     if normalize:
@@ -181,25 +226,45 @@ class EvalPoint:
 
 class TimedEvalCallback(BaseCallback):
     """
-    Every ``eval_freq`` environment steps, evaluate the deterministic policy for ``n_eval_episodes`` episodes.
+    Evaluate the deterministic policy for ``n_eval_episodes`` episodes every ``eval_freq`` environment steps, or,
+    with ``eval_seconds``, every ``eval_seconds`` of training wall time instead (the same number of points for a
+    fast and a slow algorithm). With ``max_seconds``, training stops once its wall time reaches that budget.
 
     The recorded wall time is the time since training started, minus the time spent evaluating.
     """
 
-    def __init__(self, eval_env: VecEnv, eval_freq: int, n_eval_episodes: int, algo: str, env_id: str, seed: int) -> None:
+    def __init__(
+        self,
+        eval_env: VecEnv,
+        eval_freq: int,
+        n_eval_episodes: int,
+        algo: str,
+        env_id: str,
+        seed: int,
+        eval_seconds: float | None = None,
+        max_seconds: float | None = None,
+    ) -> None:
         super().__init__()
         self.eval_env = eval_env
         self.eval_freq = eval_freq
+        self.eval_seconds = eval_seconds
+        self.max_seconds = max_seconds
         self.n_eval_episodes = n_eval_episodes
         self.tag = (algo, env_id, seed)
         self.points: list[EvalPoint] = []
         self._next_eval = 0
+        self._next_eval_seconds = 0.0
         self._start = 0.0
         self._eval_seconds = 0.0
+
+    def training_seconds(self) -> float:
+        """Wall time since training started, evaluation excluded."""
+        return time.perf_counter() - self._start - self._eval_seconds
 
     def _on_training_start(self) -> None:
         self._start = time.perf_counter()
         self._next_eval = self.eval_freq
+        self._next_eval_seconds = self.eval_seconds or 0.0
         self.evaluate()
 
     def evaluate(self) -> None:
@@ -225,51 +290,152 @@ class TimedEvalCallback(BaseCallback):
         self._eval_seconds += time.perf_counter() - eval_start
 
     def _on_step(self) -> bool:
-        if self.num_timesteps >= self._next_eval:
+        seconds = self.training_seconds()
+        if self.eval_seconds:
+            if seconds >= self._next_eval_seconds:
+                self._next_eval_seconds += self.eval_seconds
+                self.evaluate()
+        elif self.num_timesteps >= self._next_eval:
             self._next_eval += self.eval_freq
             self.evaluate()
-        return True
+        return self.max_seconds is None or seconds < self.max_seconds
 
     def _on_training_end(self) -> None:
         if not self.points or self.points[-1].steps != self.num_timesteps:
             self.evaluate()
 
 
-def train_and_evaluate(
-    algo: str,
-    env_id: str,
-    seed: int,
-    steps: int | None,
-    eval_freq: int,
-    n_eval_episodes: int,
-    device: str = "cpu",
-    subproc: bool = False,
-) -> list[EvalPoint]:
-    """Train ``algo`` with its zoo hyperparameters on ``env_id``; a failed run returns one point with its error."""
+@dataclass(frozen=True)
+class RunSpec:
+    """One benchmark run: ``algo`` with its zoo hyperparameters on ``env_id`` with ``seed``, and how it is measured."""
+
+    algo: str
+    env_id: str
+    seed: int
+    steps: int | None = None
+    eval_freq: int = 5000
+    eval_episodes: int = 10
+    device: str = "cpu"
+    subproc: bool = False
+    eval_seconds: float | None = None
+    max_seconds: float | None = None
+
+
+def failed_point(spec: RunSpec, error: BaseException | str) -> EvalPoint:
+    """The single point that records a failed run and its error."""
+    device_type = th.device(spec.device if spec.device != "auto" else ("cuda" if th.cuda.is_available() else "cpu")).type
+    message = error if isinstance(error, str) else repr(error)
+    failed = EvalPoint(spec.algo, spec.env_id, spec.seed, 0, 0.0, float("nan"), float("nan"), status="failed", error=message)
+    failed.device, failed.machine = device_type, machine_id(device_type)
+    return failed
+
+
+def run_benchmark(spec: RunSpec) -> list[EvalPoint]:
+    """Train ``spec.algo`` with its zoo hyperparameters on ``spec.env_id``; a failed run returns one point with its error."""
     env = None
     try:
-        env_params, params = split_env_params(load_zoo_hyperparams(algo, env_id))
+        env_params, params = split_env_params(load_zoo_hyperparams(spec.algo, spec.env_id))
         wrappers = {"env_wrapper": env_params.get("env_wrapper"), "frame_stack": env_params.get("frame_stack")}
         normalize = env_params.get("normalize", False)
-        env = make_training_env(env_id, env_params.get("n_envs", 1), seed, normalize, subproc, **wrappers)
-        eval_env = make_training_env(env_id, 1, seed + 10_000, normalize, **wrappers)
+        env = make_training_env(spec.env_id, env_params.get("n_envs", 1), spec.seed, normalize, spec.subproc, **wrappers)
+        eval_env = make_training_env(spec.env_id, 1, spec.seed + 10_000, normalize, **wrappers)
         if isinstance(eval_env, VecNormalize):
             eval_env.training, eval_env.norm_reward = False, False
-        callback = TimedEvalCallback(eval_env, eval_freq, n_eval_episodes, algo, env_id, seed)
-        model = ALGOS[algo](env_params["policy"], env, seed=seed, device=device, **params)
-        model.learn(steps or int(env_params["n_timesteps"]), callback=callback)
+        callback = TimedEvalCallback(
+            eval_env,
+            spec.eval_freq,
+            spec.eval_episodes,
+            spec.algo,
+            spec.env_id,
+            spec.seed,
+            eval_seconds=spec.eval_seconds,
+            max_seconds=spec.max_seconds,
+        )
+        model = ALGOS[spec.algo](env_params["policy"], env, seed=spec.seed, device=spec.device, **params)
+        model.learn(spec.steps or int(env_params["n_timesteps"]), callback=callback)
         eval_env.close()
         return callback.points
     except KeyboardInterrupt:
         raise
     except Exception as error:  # a failed run is recorded, the others continue
-        device_type = th.device(device if device != "auto" else ("cuda" if th.cuda.is_available() else "cpu")).type
-        failed = EvalPoint(algo, env_id, seed, 0, 0.0, float("nan"), float("nan"), status="failed", error=repr(error))
-        failed.device, failed.machine = device_type, machine_id(device_type)
-        return [failed]
+        return [failed_point(spec, error)]
     finally:
         if env is not None:
             env.close()
+
+
+def _run_in_worker(index: int, spec: RunSpec, torch_threads: int, results: Any) -> None:
+    """
+    Body of a ``--jobs`` worker process: one run, its points sent back through ``results``. The worker leads a
+    process group of its own (its env subprocesses and collectors join it), so the terminal's Ctrl-C reaches only
+    the parent, which then interrupts and, if needed, kills each group as a whole.
+    """
+    os.setpgrp()
+    th.set_num_threads(torch_threads)
+    try:
+        points = run_benchmark(spec)
+    except BaseException as error:  # KeyboardInterrupt from the parent: report it as the run's failure
+        points = [failed_point(spec, error)]
+    results.put((index, points))
+
+
+def run_in_parallel(
+    specs: list[RunSpec],
+    jobs: int,
+    torch_threads: int,
+    on_result: Callable[[int, list[EvalPoint]], None],
+    grace_seconds: float = 20.0,
+) -> None:
+    """
+    Run ``specs`` in up to ``jobs`` fresh processes at once (``spawn``: no state shared with this one), calling
+    ``on_result(index, points)`` here as each finishes. A worker that dies without answering (killed, out of
+    memory) gives a failed point. On ``KeyboardInterrupt`` the running workers are interrupted, given
+    ``grace_seconds`` to clean up, then killed with everything they started; the interrupt is re-raised.
+    """
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    pending = list(enumerate(specs))
+    running: dict[int, multiprocessing.process.BaseProcess] = {}
+    try:
+        while pending or running:
+            while pending and len(running) < jobs:
+                index, spec = pending.pop(0)
+                worker = context.Process(
+                    target=_run_in_worker, args=(index, spec, torch_threads, results), name=f"benchmark-{spec.algo}"
+                )
+                worker.start()
+                running[index] = worker
+            try:
+                index, points = results.get(timeout=1.0)
+            except queue.Empty:
+                for index, worker in list(running.items()):
+                    if worker.exitcode not in (None, 0):
+                        running.pop(index)
+                        with contextlib.suppress(ProcessLookupError):  # what the dead worker started
+                            os.killpg(worker.pid, signal.SIGKILL)
+                        on_result(index, [failed_point(specs[index], f"worker process exited with code {worker.exitcode}")])
+                continue
+            running.pop(index).join()
+            on_result(index, points)
+    except KeyboardInterrupt:
+        _stop_workers(list(running.values()), grace_seconds)
+        raise
+    finally:
+        results.close()
+
+
+def _stop_workers(workers: list[multiprocessing.process.BaseProcess], grace_seconds: float) -> None:
+    """SIGINT to each worker's process group, then SIGKILL to the groups still alive after ``grace_seconds``."""
+    for worker in workers:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(worker.pid, signal.SIGINT)
+    deadline = time.monotonic() + grace_seconds
+    for worker in workers:
+        worker.join(max(0.0, deadline - time.monotonic()))
+    for worker in workers:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(worker.pid, signal.SIGKILL)
+        worker.join()
 
 
 def first_reaching(points: list[EvalPoint], threshold: float | None) -> EvalPoint | None:

@@ -1,20 +1,30 @@
 """
 Any sb3-impact algorithm against any SB3 / sb3-contrib algorithm, with rl-zoo3's tuned hyperparameters.
 
-    python -m benchmarks.run --algos impact ppo --env CartPole-v1 --seeds 3 --steps 100000
+    python -m benchmarks run --algos impact ppo --env CartPole-v1 --seeds 3 --steps 100000
+    python -m benchmarks run --algos ppo sac impact --env HalfCheetah-v5 Hopper-v5 --seeds 3 --jobs 14
+
+(``python -m benchmarks.run ...`` is the same command.)
 
 The baseline is ``ppo`` when it is among ``--algos``, else the first algo (``--baseline`` overrides).
 Hyperparameters come from rl-zoo3's yml for SB3/sb3-contrib algorithms and from
 ``sb3_impact/hyperparams/ALGO.yml`` for ours (``impact_default``/``impala_default``: constructor
-defaults). Every ``--eval-freq`` environment steps the deterministic policy is evaluated for
-``--eval-episodes`` episodes on a separate env; the wall time of each point excludes evaluation.
+defaults). rl-zoo3 tunes MuJoCo on the v4 ids only: for a v5 id without an entry of its own, an rl-zoo3
+algorithm uses its v4 entry (``HalfCheetah-v4`` for ``HalfCheetah-v5``), and the JSON's ``hyperparams`` says
+which entry each algo used. Every ``--eval-freq`` environment steps (or every ``--eval-seconds`` of training
+wall time) the deterministic policy is evaluated for ``--eval-episodes`` episodes on a separate env; the wall
+time of each point excludes evaluation. ``--max-seconds`` gives each run a training wall-time budget.
+
+``--jobs N`` runs N runs at once, each in a fresh process with one PyTorch thread (``--torch-threads`` sets
+another number); the rows written are the same as a sequential run's, in the same order.
 
 Writes, per env, into ``--out`` (after every finished run, so Ctrl-C keeps what finished):
 - ``ENV.csv``: algo, seed, env steps, wall seconds, eval mean, eval std, status, error, device, machine;
 - ``ENV.json``: steps and wall seconds to the threshold per algo and seed, final returns, medians with
   min/max, and ratios against the baseline paired by seed and machine;
 - ``ENV.png``: return against env steps and against wall seconds (median and min/max band over seeds).
-A failed run is recorded as failed (with its error) and the others continue.
+A failed run is recorded as failed (with its error) and the others continue. Ctrl-C stops the runs
+in progress (their worker processes and everything they started) and keeps the ones that finished.
 """
 
 import argparse
@@ -27,11 +37,14 @@ from tqdm.auto import tqdm
 from benchmarks.common import (
     THRESHOLDS,
     EvalPoint,
+    RunSpec,
+    hyperparams_source,
     machine_description,
     plot_curves,
     read_csv,
+    run_benchmark,
+    run_in_parallel,
     threshold_summary,
-    train_and_evaluate,
     validate_names,
     write_csv,
     write_json,
@@ -46,14 +59,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--steps", type=int, default=None, help="env steps per run (default: the yml's n_timesteps)")
     parser.add_argument("--eval-freq", type=int, default=5000, help="environment steps between evaluations")
+    parser.add_argument("--eval-seconds", type=float, default=None,
+                        help="evaluate every so many seconds of training wall time, not every --eval-freq steps")  # fmt: skip
     parser.add_argument("--eval-episodes", type=int, default=10)
+    parser.add_argument("--max-seconds", type=float, default=None,
+                        help="training wall-time budget per run (evaluation excluded); ends a run before --steps")  # fmt: skip
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once, each in its own process (default 1: in this one)")
     parser.add_argument("--threshold", type=float, default=None, help="return to reach (default: known per env)")
     parser.add_argument("--baseline", default=None, help="algo the ratios are taken against (default: ppo or the first)")
     parser.add_argument("--order", choices=["interleaved", "sequential"], default="interleaved",
                         help="interleaved: seed by seed, every algo; sequential: algo by algo, every seed")  # fmt: skip
     parser.add_argument("--device", default="cpu", help="learner device (collectors always run on CPU)")
     parser.add_argument("--torch-threads", type=int, default=None,
-                        help="torch.set_num_threads for each run (default: torch's choice), recorded")  # fmt: skip
+                        help="threads of each run (default: 1 with --jobs > 1, else torch default), recorded")  # fmt: skip
     parser.add_argument("--subproc", nargs="*", default=[], help="algos whose envs run in a SubprocVecEnv")
     parser.add_argument("--append", action="store_true", help="keep the runs already in --out/ENV.csv (same machine)")
     parser.add_argument("--out", type=Path, default=Path("results"))
@@ -61,12 +79,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def reproduce_command(args: argparse.Namespace, env_id: str, algos: list[str], seeds: list[int]) -> str:
-    command = ["python", "-m", "benchmarks.run", "--algos", *algos, "--env", env_id, "--seeds", str(len(seeds))]
+    command = ["python", "-m", "benchmarks", "run", "--algos", *algos, "--env", env_id, "--seeds", str(len(seeds))]
     if seeds and seeds[0] != 0:
         command += ["--first-seed", str(seeds[0])]
     if args.steps:
         command += ["--steps", str(args.steps)]
-    command += ["--eval-freq", str(args.eval_freq), "--eval-episodes", str(args.eval_episodes)]
+    if args.max_seconds:
+        command += ["--max-seconds", f"{args.max_seconds:g}"]
+    if args.eval_seconds:
+        command += ["--eval-seconds", f"{args.eval_seconds:g}"]
+    else:
+        command += ["--eval-freq", str(args.eval_freq)]
+    command += ["--eval-episodes", str(args.eval_episodes)]
     if args.threshold is not None:
         command += ["--threshold", str(args.threshold)]
     if args.device != "cpu":
@@ -75,6 +99,8 @@ def reproduce_command(args: argparse.Namespace, env_id: str, algos: list[str], s
         command += ["--torch-threads", str(args.torch_threads)]
     if args.subproc:
         command += ["--subproc", *args.subproc]
+    if args.jobs > 1:
+        command += ["--jobs", str(args.jobs)]
     return shlex.join(command)
 
 
@@ -89,9 +115,12 @@ def write_results(args: argparse.Namespace, env_id: str, points: list[EvalPoint]
         env=env_id,
         seeds=seeds,
         steps=args.steps,
-        eval_freq=args.eval_freq,
+        max_seconds=args.max_seconds,
+        eval_freq=None if args.eval_seconds else args.eval_freq,
+        eval_seconds=args.eval_seconds,
         eval_episodes=args.eval_episodes,
-        machine=machine_description(args.device),
+        hyperparams={algo: hyperparams_source(algo, env_id) for algo in algos},
+        machine={**machine_description(args.device), "torch_threads": torch_threads(args), "jobs": args.jobs},
         command=reproduce_command(args, env_id, algos, seeds),
     )
     write_json(summary, args.out / f"{env_id}.json")
@@ -113,41 +142,69 @@ def print_summary(summary: dict) -> None:
         print(line)
 
 
+def torch_threads(args: argparse.Namespace) -> int:
+    """PyTorch threads of each run: ``--torch-threads``, else 1 per parallel run, else this process' default."""
+    return args.torch_threads or (1 if args.jobs > 1 else th.get_num_threads())
+
+
+def run_specs(args: argparse.Namespace) -> list[RunSpec]:
+    """Every run, in the order of ``--order``; this order is also the order of the rows in the CSV files."""
+    seeds = range(args.first_seed, args.first_seed + args.seeds)
+    if args.order == "interleaved":
+        keys = [(env, seed, algo) for env in args.envs for seed in seeds for algo in args.algos]
+    else:
+        keys = [(env, seed, algo) for env in args.envs for algo in args.algos for seed in seeds]
+    options = {"eval_freq": args.eval_freq, "eval_episodes": args.eval_episodes, "device": args.device}
+    options.update(eval_seconds=args.eval_seconds, max_seconds=args.max_seconds)
+    return [RunSpec(algo, env, seed, args.steps, subproc=algo in args.subproc, **options) for env, seed, algo in keys]
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     try:
+        if args.jobs < 1:
+            raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
         validate_names(args.algos, args.envs)
     except ValueError as error:
         raise SystemExit(f"error: {error}") from None
     baseline = args.baseline or ("ppo" if "ppo" in args.algos else args.algos[0])
     if args.torch_threads:
         th.set_num_threads(args.torch_threads)
-    seeds = range(args.first_seed, args.first_seed + args.seeds)
-    if args.order == "interleaved":
-        runs = [(env, seed, algo) for env in args.envs for seed in seeds for algo in args.algos]
-    else:
-        runs = [(env, seed, algo) for env in args.envs for algo in args.algos for seed in seeds]
+    specs = run_specs(args)
 
-    points_by_env: dict[str, list[EvalPoint]] = {env: [] for env in args.envs}
+    kept_by_env: dict[str, list[EvalPoint]] = {env: [] for env in args.envs}
     if args.append:
         for env in args.envs:
             if (args.out / f"{env}.csv").is_file():
-                rerun = {(algo, seed) for run_env, seed, algo in runs if run_env == env}
-                kept = read_csv(args.out / f"{env}.csv")
-                points_by_env[env] = [p for p in kept if (p.algo, p.seed) not in rerun]
-    progress = tqdm(runs, desc="runs")
+                rerun = {(spec.algo, spec.seed) for spec in specs if spec.env_id == env}
+                kept_by_env[env] = [p for p in read_csv(args.out / f"{env}.csv") if (p.algo, p.seed) not in rerun]
+    finished: dict[int, list[EvalPoint]] = {}
+
+    def env_points(env: str) -> list[EvalPoint]:
+        """The kept rows, then the finished runs in run order (whatever order they finished in)."""
+        return kept_by_env[env] + [p for index in sorted(finished) if specs[index].env_id == env for p in finished[index]]
+
+    progress = tqdm(total=len(specs), desc="runs")
+
+    def record(index: int, points: list[EvalPoint]) -> None:
+        finished[index] = points
+        write_results(args, specs[index].env_id, env_points(specs[index].env_id), baseline)
+        progress.update()
+
     try:
-        for env, seed, algo in progress:
-            progress.set_postfix_str(f"{algo} {env} seed {seed}")
-            points_by_env[env] += train_and_evaluate(
-                algo, env, seed, args.steps, args.eval_freq, args.eval_episodes, args.device, algo in args.subproc
-            )
-            write_results(args, env, points_by_env[env], baseline)
+        if args.jobs == 1:
+            for index, spec in enumerate(specs):
+                progress.set_postfix_str(f"{spec.algo} {spec.env_id} seed {spec.seed}")
+                record(index, run_benchmark(spec))
+        else:
+            progress.set_postfix_str(f"{args.jobs} at once, {torch_threads(args)} torch thread(s) each")
+            run_in_parallel(specs, args.jobs, torch_threads(args), record)
     except KeyboardInterrupt:
         print("\ninterrupted: the runs that finished are written")
     finally:
         progress.close()
-    for env, points in points_by_env.items():
+    for env in args.envs:
+        points = env_points(env)
         if points:
             print_summary(write_results(args, env, points, baseline))
 

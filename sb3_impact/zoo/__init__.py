@@ -5,7 +5,8 @@ rl-zoo3 has no plugin entry point, so :func:`register` adds the algorithms to ``
 and points rl-zoo3's ``ExperimentManager`` at the yml files in ``sb3_impact/hyperparams`` for them (an
 explicit ``-conf`` still wins). The package installs a startup hook (``sb3_impact.pth`` and, for
 Pythons that use them, ``sb3_impact.start``) that calls it when ``rl_zoo3`` is first imported; set
-``SB3_IMPACT_NO_ZOO_HOOK=1`` to turn the hook off.
+``SB3_IMPACT_NO_ZOO_HOOK=1`` to turn the hook off. :func:`register` also adds a hyperparameter sampler per
+algorithm to rl-zoo3's optimiser (``-optimize``), see :mod:`sb3_impact.zoo.samplers`.
 """
 
 from pathlib import Path
@@ -49,7 +50,18 @@ def patch_experiment_manager() -> None:
     ExperimentManager.__init__ = __init__  # type: ignore[method-assign]
 
 
+def register_samplers() -> None:
+    """Add the samplers of every algorithm to rl-zoo3's ``-optimize`` tables (idempotent)."""
+    from sb3_impact.zoo.samplers import register_samplers as register_all
+
+    register_all()
+
+
 def register() -> None:
-    """Register every sb3-impact algorithm with rl-zoo3 (``--algo impact|impala|ppo_amber|vracer|ptr_ppo``)."""
+    """
+    Register every sb3-impact algorithm with rl-zoo3 (``--algo impact|impala|ppo_amber|vracer|ptr_ppo``), its
+    yml, and its hyperparameter sampler (``-optimize``).
+    """
     register_algos()
     patch_experiment_manager()
+    register_samplers()

@@ -1,0 +1,49 @@
+"""
+One entry point for the benchmark scripts: ``python -m benchmarks SUBCOMMAND [ARGS]``.
+
+    python -m benchmarks run --algos ppo impact --env CartPole-v1 --seeds 3
+    python -m benchmarks throughput --algos impact --env HalfCheetah-v5
+    python -m benchmarks plot results/CartPole-v1.csv
+    python -m benchmarks report results/*.json
+
+Each subcommand is the module of the same name (``python -m benchmarks.run`` still works); ``SUBCOMMAND -h``
+prints its options.
+"""
+
+import importlib
+import sys
+
+SUBCOMMANDS = {
+    "run": "learning curves of any algorithms against a baseline, with rl-zoo3's tuned hyperparameters",
+    "throughput": "collection, learning and asynchronous time per batch (T / max(C, L))",
+    "plot": "learning curves from the CSV files of run",
+    "report": "markdown tables for docs/results.md from the JSON files",
+    "ray_scaling": "environment steps per second of the Ray collector against its number of workers",
+    "ppo_amber_active_batches": "PPO-AMBER's active batches and replay ratios over training",
+    "vracer_ablation": "V-RACER with each subset of the ReF-ER rules",
+    "ptr_ppo_priorities": "PTR-PPO with each trajectory priority",
+    "ptr_ppo_atari_throughput": "PTR-PPO's Atari env steps per second against PPO's",
+}
+
+
+def usage() -> str:
+    width = max(map(len, SUBCOMMANDS))
+    lines = [f"  {name:{width}s}  {text}" for name, text in SUBCOMMANDS.items()]
+    header = "usage: python -m benchmarks SUBCOMMAND [ARGS]  (SUBCOMMAND -h for its options)"
+    return header + "\n\nsubcommands:\n" + "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return
+    name, *rest = argv
+    if name not in SUBCOMMANDS:
+        raise SystemExit(f"error: unknown subcommand {name!r}\n\n{usage()}")
+    sys.argv = [f"python -m benchmarks {name}", *rest]
+    importlib.import_module(f"benchmarks.{name}").main()  # each parses sys.argv
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""rl-zoo3 hyperparameter optimisation: every sampler gives arguments its algorithm builds and learns with."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import optuna
+import pytest
+from stable_baselines3.common.env_util import make_vec_env
+
+from sb3_impact.zoo import ZOO_ALGOS, register
+from sb3_impact.zoo.samplers import CONVERTERS, SAMPLERS
+from tests.test_zoo import hook_installed
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# An env per algorithm, with the action space its sampler is tried on (V-RACER needs Box actions).
+SAMPLER_ENVS = [
+    ("impact", "CartPole-v1"),
+    ("impact", "Pendulum-v1"),
+    ("impala", "CartPole-v1"),
+    ("impala", "Pendulum-v1"),
+    ("ppo_amber", "Pendulum-v1"),
+    ("ppo_amber", "CartPole-v1"),
+    ("ptr_ppo", "CartPole-v1"),
+    ("ptr_ppo", "Pendulum-v1"),
+    ("vracer", "Pendulum-v1"),
+]
+
+
+def n_actions(env_id: str) -> int:
+    """What rl-zoo3 passes to a sampler: the action dimension for Box, 0 otherwise."""
+    space = gym.make(env_id).action_space
+    return space.shape[0] if isinstance(space, gym.spaces.Box) else 0
+
+
+def test_every_algorithm_has_a_sampler_and_a_converter():
+    assert set(SAMPLERS) == set(CONVERTERS) == set(ZOO_ALGOS)
+
+
+def test_register_adds_the_samplers_to_rl_zoo3():
+    register()
+    from rl_zoo3.exp_manager import HYPERPARAMS_CONVERTER, HYPERPARAMS_SAMPLER  # the tables the optimiser reads
+
+    for name in ZOO_ALGOS:
+        assert HYPERPARAMS_SAMPLER[name] is SAMPLERS[name] and HYPERPARAMS_CONVERTER[name] is CONVERTERS[name]
+
+
+@pytest.mark.parametrize("algo, env_id", SAMPLER_ENVS)
+def test_sampled_arguments_build_and_learn(algo, env_id):
+    """Trials from a seeded random sampler: each builds its algorithm and learns a few hundred steps."""
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(2):
+        trial = study.ask()
+        params = SAMPLERS[algo](trial, n_actions(env_id), 2, {"using_her_replay_buffer": False})
+        # rl-zoo3 rebuilds a stored trial (``--trial-id``) with the converter from trial.params alone.
+        assert CONVERTERS[algo](trial.params) == params
+        assert not any(key.endswith("_pow") or key.startswith("one_minus") for key in params)
+        if n_actions(env_id) == 0:
+            assert "log_std_init" not in params["policy_kwargs"]
+        # Smaller rollouts and fewer epochs than the largest sampled ones, to keep the test short.
+        if algo == "vracer":
+            params.update(learning_starts=100)
+        else:
+            params["n_steps"] = min(params["n_steps"], 128)
+        if algo in ("ppo_amber", "ptr_ppo"):
+            params.update(batch_size=min(params["batch_size"], params["n_steps"]), n_epochs=min(params["n_epochs"], 2))
+        model = ZOO_ALGOS[algo]("MlpPolicy", make_vec_env(env_id, n_envs=2), seed=0, **params)
+        model.learn(300)
+        assert model.num_timesteps >= 300
+        model.env.close()
+        study.tell(trial, 0.0)
+
+
+def test_size_rules_hold_at_the_edges_of_the_search_space():
+    """batch_size <= n_steps, PTR-PPO's memory holds a replay batch, V-RACER's buffer holds a batch."""
+    fixed = {"one_minus_gamma": 0.01, "one_minus_gae_lambda": 0.05, "learning_rate": 1e-3, "ent_coef": 0.0}
+    fixed.update(max_grad_norm=0.5, net_arch="tiny", activation_fn="tanh", ortho_init=True)
+    amber = CONVERTERS["ppo_amber"]({**fixed, "n_steps_pow": 6, "batch_size_pow": 10, "n_epochs": 1, "clip_range": 0.2})
+    assert amber["batch_size"] == amber["n_steps"] == 64
+    ptr = {**fixed, "n_steps_pow": 5, "batch_size_pow": 5, "n_epochs": 1, "clip_range": 0.2, "priority": "max"}
+    ptr.update(priority_alpha=0.6, replay_rounds=2, replay_batch_pow=6, memory_size_pow=4, eps_marg=0.2)
+    converted = CONVERTERS["ptr_ppo"](ptr)
+    assert converted["replay_batch"] == 64 and converted["memory_size"] == 64
+    vracer = {"one_minus_gamma": 0.01, "learning_rate": 1e-4, "batch_size_pow": 10, "buffer_size_pow": 9}
+    vracer.update(refer_c=4.0, refer_d=0.1, refer_a=5e-7, net_arch="medium", activation_fn="softsign")
+    converted = CONVERTERS["vracer"](vracer)
+    assert converted["buffer_size"] == converted["batch_size"] == 1024
+    assert converted["gamma"] == pytest.approx(0.99) and converted["policy_kwargs"]["net_arch"] == [128, 128]
+
+
+@pytest.mark.skipif(not hook_installed(), reason="needs the installed startup hook: pip install .")
+@pytest.mark.parametrize(
+    "algo, env_id",
+    [("impact", "CartPole-v1"), ("impala", "CartPole-v1"), ("ppo_amber", "Pendulum-v1"), ("vracer", "Pendulum-v1"),
+     ("ptr_ppo", "CartPole-v1")],
+)  # fmt: skip
+def test_rl_zoo3_optimize_command_finishes(algo, env_id, tmp_path):
+    """The literal ``python -m rl_zoo3.train --algo ALGO --env ENV -optimize`` with two trials."""
+    command = [sys.executable, "-m", "rl_zoo3.train", "--algo", algo, "--env", env_id, "-optimize", "--n-trials", "2"]
+    command += ["--n-jobs", "1", "--sampler", "tpe", "--pruner", "median", "-n", "1000", "--n-evaluations", "1"]
+    command += ["--eval-episodes", "2", "--seed", "3", "-f", "logs", "-params", "n_envs:1"]  # one env: short rollouts
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Number of finished trials:  2" in result.stdout, result.stdout[-3000:]
+    reports = list((tmp_path / "logs" / algo).glob("report_*.csv"))
+    assert len(reports) == 1 and len(reports[0].read_text().splitlines()) == 3  # header + 2 trials
