@@ -17,6 +17,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import scipy.stats
 import torch as th
 import yaml
 from rl_zoo3.utils import ALGOS as ZOO_ALGOS
@@ -450,15 +451,57 @@ def first_reaching(points: list[EvalPoint], threshold: float | None) -> EvalPoin
     return next((p for p in points if p.status == "ok" and p.steps > 0 and p.eval_mean >= threshold), None)
 
 
-def spread(values: list[float | None]) -> dict[str, float | None]:
-    """Median, min and max of the finite values (``None`` entries are runs that never got there)."""
+def interquartile_mean(values: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Mean of the middle 50% of ``values`` (25% cut from each end, as rliable does)."""
+    return scipy.stats.trim_mean(values, 0.25, axis=axis)
+
+
+def iqm_confidence_interval(values: list[float], confidence: float = 0.95, resamples: int = 2000) -> tuple[float, float]:
+    """
+    Percentile-bootstrap confidence interval of the interquartile mean over runs (rliable's method for one
+    task: resample the runs with replacement). Seeded, so the same values give the same interval.
+    """
+    if len(values) == 1 or min(values) == max(values):
+        return float(values[0]), float(values[0])
+    result = scipy.stats.bootstrap(
+        (np.asarray(values, dtype=float),),
+        interquartile_mean,
+        n_resamples=resamples,
+        confidence_level=confidence,
+        method="percentile",
+        rng=np.random.default_rng(0),
+    )
+    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+
+def spread(values: list[float | None]) -> dict[str, Any]:
+    """
+    Median, min and max of the finite values (``None`` entries are runs that never got there), and their
+    interquartile mean with its 95% bootstrap confidence interval.
+    """
     finite = [value for value in values if value is not None and np.isfinite(value)]
     if not finite:
-        return {"median": None, "min": None, "max": None, "n": 0}
-    return {"median": float(np.median(finite)), "min": float(np.min(finite)), "max": float(np.max(finite)), "n": len(finite)}
+        return {"median": None, "min": None, "max": None, "n": 0, "iqm": None, "iqm_ci95": None}
+    return {
+        "median": float(np.median(finite)),
+        "min": float(np.min(finite)),
+        "max": float(np.max(finite)),
+        "n": len(finite),
+        "iqm": float(interquartile_mean(np.asarray(finite))),
+        "iqm_ci95": list(iqm_confidence_interval(finite)),
+    }
 
 
-def threshold_summary(points: list[EvalPoint], threshold: float | None, baseline: str) -> dict[str, Any]:
+def return_at(run: list[EvalPoint], attribute: str, budget: float) -> float | None:
+    """The return of the last evaluation at or before ``budget`` (steps or wall seconds); None if the run stopped earlier."""
+    if not run or getattr(run[-1], attribute) < budget * 0.98:  # the last point may land a little short of the budget
+        return None
+    return [p.eval_mean for p in run if getattr(p, attribute) <= budget * 1.02][-1]
+
+
+def threshold_summary(
+    points: list[EvalPoint], threshold: float | None, baseline: str, wall_checkpoints: tuple[float, ...] = ()
+) -> dict[str, Any]:
     """
     Per algo: steps and wall seconds to ``threshold`` per seed, final and best returns, each with its median
     and min/max over seeds; ratios against ``baseline`` paired by seed *and machine* (runs from different
@@ -481,6 +524,11 @@ def threshold_summary(points: list[EvalPoint], threshold: float | None, baseline
             "final_steps": [run[-1].steps if run else None for run in trained],
         }
         entry["final_eval"] = spread(entry["final_eval_mean"])
+        entry["steps_done"] = spread(entry["final_steps"])
+        entry["return_at_seconds"] = {
+            f"{seconds:g}": spread([return_at(run, "wall_seconds", seconds) for run in trained])
+            for seconds in wall_checkpoints
+        }
         if threshold is not None:
             hits = [reached[key] for key in runs]
             entry["steps_to_threshold"] = [hit.steps if hit else None for hit in hits]

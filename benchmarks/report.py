@@ -24,6 +24,14 @@ def median_range(stats: dict[str, Any] | None, digits: int = 0) -> str:
     return median if stats.get("n", 0) == 1 else f"{median} [{low}, {high}]"
 
 
+def iqm_interval(stats: dict[str, Any] | None, digits: int = 0) -> str:
+    """``iqm [low, high]``: interquartile mean over seeds and its 95% bootstrap confidence interval."""
+    if not stats or stats.get("iqm") is None:
+        return "-"
+    low, high = stats["iqm_ci95"]
+    return f"{stats['iqm']:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
 def machine_line(machine: dict[str, Any]) -> str:
     """Name, torch threads, GPU and date of the machine a result came from."""
     name = machine.get("name") or f"{machine.get('processor')} x{machine.get('cpus')}"
@@ -33,22 +41,35 @@ def machine_line(machine: dict[str, Any]) -> str:
 def learning_table(summary: dict[str, Any]) -> str:
     threshold, baseline = summary["threshold"], summary["baseline"]
     machine = summary["machine"]
+    every = (
+        f"{summary['eval_seconds']:g} s of training"
+        if summary.get("eval_seconds")
+        else f"{summary.get('eval_freq', '?')} steps"
+    )
+    budget = f"; training budget {summary['max_seconds']:g} s of wall time per run" if summary.get("max_seconds") else ""
     lines = [
         f"#### {summary['env']}" + (f" (threshold {threshold:g})" if threshold is not None else ""),
         "",
         f"`{summary['command']}`  ",
         f"Machine: {machine_line(machine)}; "
-        f"{summary.get('eval_episodes', '?')} deterministic evaluation episodes every {summary.get('eval_freq', '?')} steps; "
-        f"medians over seeds [min, max]; ratios vs `{baseline}` paired by seed.",
-        "",
+        f"{summary.get('eval_episodes', '?')} deterministic evaluation episodes every {every}{budget}; "
+        f"medians over seeds [min, max]; IQM: interquartile mean over seeds [95% bootstrap CI]; "
+        f"ratios vs `{baseline}` paired by seed.",
     ]
+    if summary.get("hyperparams"):
+        sources = ", ".join(f"{algo}: `{source}`" for algo, source in summary["hyperparams"].items())
+        lines.append(f"Hyperparameters: {sources}.")
+    lines.append("")
+    checkpoints = list(next(iter(summary["algos"].values()), {}).get("return_at_seconds", {}))
     if threshold is not None:
         lines += [
             "| algo | reached | steps to threshold | wall s to threshold | steps ratio | wall ratio | final return |",
             "| --- | --- | --- | --- | --- | --- | --- |",
         ]
     else:
-        lines += ["| algo | seeds | final return | final-return ratio |", "| --- | --- | --- | --- |"]
+        at = [f"return at {seconds} s" for seconds in checkpoints]
+        header = ["algo", "seeds", *at, "final steps", "final return", "final return IQM", "final-return ratio"]
+        lines += ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     for algo, entry in sorted(summary["algos"].items(), key=lambda item: (item[0] != baseline, item[0])):
         final = median_range(entry["final_eval"], 1)
         if entry.get("failed"):
@@ -64,7 +85,10 @@ def learning_table(summary: dict[str, Any]) -> str:
                 final,
             ]
         else:
-            row = [algo, str(len(entry["seeds"])), final, median_range(entry.get("final_return_ratio_vs_baseline"), 2)]
+            at = [median_range(entry["return_at_seconds"][seconds]) for seconds in checkpoints]
+            steps = median_range(entry.get("steps_done"))
+            ratio = median_range(entry.get("final_return_ratio_vs_baseline"), 2)
+            row = [algo, str(len(entry["seeds"])), *at, steps, final, iqm_interval(entry["final_eval"]), ratio]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
 

@@ -74,6 +74,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="threads of each run (default: 1 with --jobs > 1, else torch default), recorded")  # fmt: skip
     parser.add_argument("--subproc", nargs="*", default=[], help="algos whose envs run in a SubprocVecEnv")
     parser.add_argument("--append", action="store_true", help="keep the runs already in --out/ENV.csv (same machine)")
+    parser.add_argument("--summarize", action="store_true",
+                        help="run nothing: rewrite ENV.json and ENV.png from the rows in --out/ENV.csv")  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("results"))
     return parser.parse_args(argv)
 
@@ -104,11 +106,16 @@ def reproduce_command(args: argparse.Namespace, env_id: str, algos: list[str], s
     return shlex.join(command)
 
 
+def wall_checkpoints(args: argparse.Namespace) -> tuple[float, ...]:
+    """With a wall-time budget: the returns after a third, two thirds and all of it are summarised."""
+    return tuple(args.max_seconds * fraction for fraction in (1 / 3, 2 / 3, 1)) if args.max_seconds else ()
+
+
 def write_results(args: argparse.Namespace, env_id: str, points: list[EvalPoint], baseline: str) -> dict:
     """Write ENV.csv, ENV.json and ENV.png for the points gathered so far; return the summary."""
     threshold = args.threshold if args.threshold is not None else THRESHOLDS.get(env_id)
     write_csv(points, args.out / f"{env_id}.csv")
-    summary = threshold_summary(points, threshold, baseline=baseline)
+    summary = threshold_summary(points, threshold, baseline=baseline, wall_checkpoints=wall_checkpoints(args))
     algos = sorted({point.algo for point in points}, key=lambda algo: (algo != baseline, algo))
     seeds = sorted({point.seed for point in points})
     summary.update(
@@ -159,6 +166,16 @@ def run_specs(args: argparse.Namespace) -> list[RunSpec]:
     return [RunSpec(algo, env, seed, args.steps, subproc=algo in args.subproc, **options) for env, seed, algo in keys]
 
 
+def kept_points(args: argparse.Namespace, specs: list[RunSpec]) -> dict[str, list[EvalPoint]]:
+    """With ``--append``: per env, the rows already in ENV.csv, less the runs about to be redone."""
+    kept: dict[str, list[EvalPoint]] = {env: [] for env in args.envs}
+    for env in args.envs if args.append else []:
+        if (args.out / f"{env}.csv").is_file():
+            rerun = {(spec.algo, spec.seed) for spec in specs if spec.env_id == env}
+            kept[env] = [p for p in read_csv(args.out / f"{env}.csv") if (p.algo, p.seed) not in rerun]
+    return kept
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     try:
@@ -170,14 +187,13 @@ def main(argv: list[str] | None = None) -> None:
     baseline = args.baseline or ("ppo" if "ppo" in args.algos else args.algos[0])
     if args.torch_threads:
         th.set_num_threads(args.torch_threads)
+    if args.summarize:
+        for env in args.envs:
+            print_summary(write_results(args, env, read_csv(args.out / f"{env}.csv"), baseline))
+        return
     specs = run_specs(args)
 
-    kept_by_env: dict[str, list[EvalPoint]] = {env: [] for env in args.envs}
-    if args.append:
-        for env in args.envs:
-            if (args.out / f"{env}.csv").is_file():
-                rerun = {(spec.algo, spec.seed) for spec in specs if spec.env_id == env}
-                kept_by_env[env] = [p for p in read_csv(args.out / f"{env}.csv") if (p.algo, p.seed) not in rerun]
+    kept_by_env = kept_points(args, specs)
     finished: dict[int, list[EvalPoint]] = {}
 
     def env_points(env: str) -> list[EvalPoint]:
