@@ -496,7 +496,8 @@ def return_at(run: list[EvalPoint], attribute: str, budget: float) -> float | No
     """The return of the last evaluation at or before ``budget`` (steps or wall seconds); None if the run stopped earlier."""
     if not run or getattr(run[-1], attribute) < budget * 0.98:  # the last point may land a little short of the budget
         return None
-    return [p.eval_mean for p in run if getattr(p, attribute) <= budget * 1.02][-1]
+    before = [p.eval_mean for p in run if getattr(p, attribute) <= budget * 1.02]
+    return before[-1] if before else None
 
 
 def threshold_summary(
@@ -515,7 +516,8 @@ def threshold_summary(
     summary["machines"] = sorted({machine for _, _, machine in by_run})
     for algo in sorted({algo for algo, _, _ in by_run}):
         runs = sorted(key for key in by_run if key[0] == algo)
-        trained = [[p for p in by_run[key] if p.status == "ok" and p.steps > 0] for key in runs]
+        evaluated = [[p for p in by_run[key] if p.status == "ok"] for key in runs]
+        trained = [[p for p in run if p.steps > 0] for run in evaluated]
         entry: dict[str, Any] = {
             "seeds": [seed for _, seed, _ in runs],
             "failed": [by_run[key][0].error for key in runs if by_run[key][0].status == "failed"],
@@ -526,7 +528,7 @@ def threshold_summary(
         entry["final_eval"] = spread(entry["final_eval_mean"])
         entry["steps_done"] = spread(entry["final_steps"])
         entry["return_at_seconds"] = {
-            f"{seconds:g}": spread([return_at(run, "wall_seconds", seconds) for run in trained])
+            f"{seconds:g}": spread([return_at(run, "wall_seconds", seconds) for run in evaluated])
             for seconds in wall_checkpoints
         }
         if threshold is not None:

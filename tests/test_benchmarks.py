@@ -2,8 +2,10 @@
 
 import json
 import math
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -263,3 +265,46 @@ def test_benchmarks_entry_point_dispatches_to_the_subcommands(tmp_path):
                             capture_output=True, text=True, timeout=120)  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     assert (tmp_path / "Env-v0.png").is_file()
+
+
+def child_pids(pid: int) -> set[int]:
+    """Every live descendant of ``pid``, read from /proc."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def test_ctrl_c_with_jobs_keeps_finished_runs_and_leaves_no_processes(tmp_path):
+    """Two short runs finish, two long ones are running when SIGINT arrives: the short ones stay written."""
+    command = [sys.executable, "-m", "benchmarks", "run", "--algos", "ppo", "--env", "CartPole-v1", "--seeds", "2"]
+    command += ["--max-seconds", "3", "--eval-seconds", "1", "--eval-episodes", "1", "--jobs", "2", "--out", str(tmp_path)]
+    first = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    finished = read_csv(tmp_path / "CartPole-v1.csv")
+    long_runs = [*command[:-2], "--first-seed", "2", "--max-seconds", "600", "--append", "--out", str(tmp_path)]
+    process = subprocess.Popen(long_runs, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while len(child_pids(process.pid)) < 2 and time.monotonic() < deadline:  # both workers (and their helpers) up
+        time.sleep(0.5)
+    time.sleep(5)  # the workers are training
+    workers = child_pids(process.pid)
+    process.send_signal(signal.SIGINT)
+    stdout, _ = process.communicate(timeout=60)
+    assert "interrupted" in stdout
+    # multiprocessing's resource tracker leaves on its own once its parent has gone: allow it a few seconds.
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{pid}").exists() for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in workers)
+    kept = read_csv(tmp_path / "CartPole-v1.csv")
+    assert [p for p in kept if p.seed in (0, 1)] == finished  # the finished runs are kept
+    assert all(p.status == "failed" and "KeyboardInterrupt" in p.error for p in kept if p.seed in (2, 3))
