@@ -11,7 +11,7 @@ from stable_baselines3.common.env_util import make_vec_env
 
 from sb3_impact.zoo import ZOO_ALGOS, register
 from sb3_impact.zoo.samplers import CONVERTERS, SAMPLERS
-from tests.test_zoo import hook_installed
+from tests.test_zoo import ZOO_COMMAND_ENVS, hook_installed
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # An env per algorithm, with the action space its sampler is tried on (V-RACER needs Box actions).
@@ -90,11 +90,7 @@ def test_size_rules_hold_at_the_edges_of_the_search_space():
 
 
 @pytest.mark.skipif(not hook_installed(), reason="needs the installed startup hook: pip install .")
-@pytest.mark.parametrize(
-    "algo, env_id",
-    [("impact", "CartPole-v1"), ("impala", "CartPole-v1"), ("ppo_amber", "Pendulum-v1"), ("vracer", "Pendulum-v1"),
-     ("ptr_ppo", "CartPole-v1")],
-)  # fmt: skip
+@pytest.mark.parametrize("algo, env_id", ZOO_COMMAND_ENVS)
 def test_rl_zoo3_optimize_command_finishes(algo, env_id, tmp_path):
     """The literal ``python -m rl_zoo3.train --algo ALGO --env ENV -optimize`` with two trials."""
     command = [sys.executable, "-m", "rl_zoo3.train", "--algo", algo, "--env", env_id, "-optimize", "--n-trials", "2"]

@@ -23,6 +23,10 @@ REQUIRED_ZOO_ENVS = {
     "ptr_ppo": {"atari", "CartPole-v1", "LunarLander-v3"},
 }
 
+# An env with a shipped yml entry per algorithm, for the rl-zoo3 command-line tests.
+ZOO_COMMAND_ENVS = [("impact", "CartPole-v1"), ("impala", "CartPole-v1"), ("ppo_amber", "Pendulum-v1"),
+                    ("vracer", "Pendulum-v1"), ("ptr_ppo", "CartPole-v1")]  # fmt: skip
+
 
 def hook_installed() -> bool:
     return importlib.util.find_spec("_sb3_impact_zoo_hook") is not None and any(
@@ -61,11 +65,7 @@ def run(command: list[str], cwd: Path, **env) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.skipif(not hook_installed(), reason="needs the installed startup hook: pip install . (not -e)")
-@pytest.mark.parametrize(
-    "algo, env_id",
-    [("impact", "CartPole-v1"), ("impala", "CartPole-v1"), ("ppo_amber", "Pendulum-v1"), ("vracer", "Pendulum-v1"),
-     ("ptr_ppo", "CartPole-v1")],
-)  # fmt: skip
+@pytest.mark.parametrize("algo, env_id", ZOO_COMMAND_ENVS)
 def test_rl_zoo3_train_and_enjoy_commands(algo, env_id, tmp_path):
     train = run(
         [sys.executable, "-m", "rl_zoo3.train", "--algo", algo, "--env", env_id, "-n", "2000", "-f", "logs"],
