@@ -13,6 +13,9 @@ Size rules (decided so that every sampled trial builds, written once in the conv
   ``n_envs``, and ``n_steps <= n_steps * n_envs`` holds for any number of envs.
 - PTR-PPO's ``memory_size`` is at least ``replay_batch``.
 - V-RACER's ``buffer_size`` is at least ``batch_size``.
+- PTR-PPO replays at most 8 rounds of at most 16 segments per rollout: a round of ``replay_batch`` segments
+  of ``n_steps`` costs as much as ``replay_batch / n_envs`` epochs of PPO, and larger values made single
+  trials take tens of minutes without being what the paper does (2 + 8 epochs, replay batch = n_envs).
 
 Continuous action spaces (rl-zoo3 passes ``n_actions > 0`` for ``Box``) also sample the policy's
 ``log_std_init``; discrete ones do not.
@@ -121,8 +124,8 @@ def sample_ptr_ppo_params(trial: optuna.Trial, n_actions: int, n_envs: int, addi
     params.update(
         priority=trial.suggest_categorical("priority", ["max", "mean", "reward"]),
         priority_alpha=trial.suggest_float("priority_alpha", 0.0, 1.0),
-        replay_rounds=trial.suggest_categorical("replay_rounds", [0, 2, 4, 8, 16]),
-        replay_batch_pow=trial.suggest_int("replay_batch_pow", 0, 6),
+        replay_rounds=trial.suggest_categorical("replay_rounds", [0, 1, 2, 4, 8]),
+        replay_batch_pow=trial.suggest_int("replay_batch_pow", 0, 4),
         memory_size_pow=trial.suggest_int("memory_size_pow", 4, 11),
         eps_marg=trial.suggest_float("eps_marg", 0.05, 0.5),
     )
