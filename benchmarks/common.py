@@ -608,7 +608,10 @@ def write_json(data: dict[str, Any], path: Path) -> None:
 
 
 def plot_curves(points: list[EvalPoint], path: Path, threshold: float | None = None) -> None:
-    """Median and min/max band over seeds of the evaluation return, against env steps and against wall seconds."""
+    """
+    Median and min/max band over seeds of the evaluation return, against env steps and against wall seconds;
+    where runs ended at different points, over the runs that got that far.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -625,11 +628,15 @@ def plot_curves(points: list[EvalPoint], path: Path, threshold: float | None = N
         label = f"{algo} [{machine}]" if several_machines else algo
         for axis, attribute in zip(axes, ("steps", "wall_seconds"), strict=True):
             grid = np.linspace(0, max(getattr(run[-1], attribute) for run in runs.values()), 100)
+            # A run ends where its last point is (right=nan): a curve is the median of the runs still going.
             curves = np.array(
-                [np.interp(grid, [getattr(p, attribute) for p in run], [p.eval_mean for p in run]) for run in runs.values()]
+                [
+                    np.interp(grid, [getattr(p, attribute) for p in run], [p.eval_mean for p in run], right=np.nan)
+                    for run in runs.values()
+                ]
             )
-            (line,) = axis.plot(grid, np.median(curves, axis=0), label=f"{label} ({len(runs)} seeds)")
-            axis.fill_between(grid, curves.min(axis=0), curves.max(axis=0), alpha=0.2, color=line.get_color())
+            (line,) = axis.plot(grid, np.nanmedian(curves, axis=0), label=f"{label} ({len(runs)} seeds)")
+            axis.fill_between(grid, np.nanmin(curves, axis=0), np.nanmax(curves, axis=0), alpha=0.2, color=line.get_color())
     for axis, label in zip(axes, ("environment steps", "wall seconds (evaluation excluded)"), strict=True):
         axis.set_xlabel(label)
         axis.set_ylabel("deterministic evaluation return")
