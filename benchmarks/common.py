@@ -183,10 +183,7 @@ def make_training_env(
     if env_wrapper:
         wrapper_class = get_wrapper_class({"env_wrapper": env_wrapper})
     vec_env_cls = SubprocVecEnv if subproc and n_envs > 1 else DummyVecEnv
-    make_env: str | Callable[..., gym.Env] = env_id
-    if is_atari(env_id):
-        register_atari()
-        make_env = functools.partial(make_registered_env, env_id)
+    make_env = functools.partial(make_registered_env, env_id)  # picklable, so SubprocVecEnv workers can build it
     env = make_vec_env(make_env, n_envs=n_envs, seed=seed, vec_env_cls=vec_env_cls, wrapper_class=wrapper_class)
     if frame_stack:
         env = VecFrameStack(env, int(frame_stack))
@@ -202,7 +199,7 @@ def machine_id(device: str = "cpu") -> str:
     try:
         with open("/proc/cpuinfo") as file:
             cpu = next(line.split(":", 1)[1].strip() for line in file if line.startswith("model name"))
-    except (OSError, StopIteration):
+    except (OSError, StopIteration):  # no /proc/cpuinfo, or no model name in it: keep platform's name
         pass
     name = f"{cpu} x{os.cpu_count()}"
     if device.startswith("cuda") and th.cuda.is_available():

@@ -151,7 +151,7 @@ class ThreadCollector(Collector):
                 if pending is not None:
                     self.sampler.load_weights(*pending)
                 self._queue.put(self.sampler.collect(self._stop))
-        except CollectionInterrupted:
+        except CollectionInterrupted:  # close() asked the thread to stop: a normal end
             pass
         except BaseException as error:  # handed to the learner thread, which re-raises it
             self._error = error

@@ -79,7 +79,7 @@ def _collect_in_child(
                 segment.extras["vec_normalize"] = (normalizer.obs_rms, normalizer.ret_rms)
             sampled_steps.value = sampler.sampled_steps
             segments.put(("segment", segment))
-    except CollectionInterrupted:
+    except CollectionInterrupted:  # the parent set the stop event: a normal end
         pass
     except BaseException as error:
         segments.put(("error", traceback.format_exc(), _picklable_error(error)))
