@@ -1,6 +1,7 @@
 """IMPACT and IMPALA end to end: spaces, callbacks, lifecycle, reproducibility, save/load and bad input."""
 
 import csv
+import math
 import threading
 import time
 
@@ -330,19 +331,27 @@ def test_set_env_with_other_spaces_raises():
 
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
-def test_synchronous_impact_with_one_batch_and_k_passes_is_ppo(env_id):
-    """Paper section 3.2: with N = 1 and the target updated every K steps, IMPACT is PPO with K full-batch epochs."""
+@pytest.mark.parametrize("batch_size", [None, 16, 24])
+def test_synchronous_impact_with_one_batch_and_k_passes_is_ppo(env_id, batch_size):
+    """
+    Paper section 3.2: with N = 1 and the target updated every K draws, IMPACT is PPO with K epochs; each
+    draw is a pass in shuffled minibatches, the same ones as PPO's (24 leaves a last minibatch of 16).
+    """
     from stable_baselines3 import PPO
 
     shared = dict(n_steps=32, gamma=0.95, gae_lambda=0.9, ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, seed=7)
     shared.update(learning_rate=1e-3, clip_range=0.2, policy_kwargs=dict(net_arch=[16]), device="cpu")
     env_kwargs = dict(max_episode_steps=20)  # time-limit truncations inside the segments
     # Each model is built right before it learns: both draw the same random numbers from the seed.
-    ppo = PPO("MlpPolicy", make_vec_env(env_id, n_envs=2, seed=1, env_kwargs=env_kwargs), n_epochs=4, batch_size=64, **shared)
+    np.random.seed(3)  # minibatches are drawn from numpy's global generator, by both
+    ppo_env = make_vec_env(env_id, n_envs=2, seed=1, env_kwargs=env_kwargs)
+    ppo = PPO("MlpPolicy", ppo_env, n_epochs=4, batch_size=batch_size or 64, **shared)
     ppo.learn(192)
+    np.random.seed(3)
     impact = IMPACT(
         "MlpPolicy",
         make_vec_env(env_id, n_envs=2, seed=1, env_kwargs=env_kwargs),
+        batch_size=batch_size,
         circular_buffer_size=1,
         max_batch_reuse=4,
         async_collection=False,
@@ -352,6 +361,7 @@ def test_synchronous_impact_with_one_batch_and_k_passes_is_ppo(env_id):
     )
     impact.learn(192)
     assert impact._n_updates == ppo._n_updates == 4 * 3
+    assert impact.gradient_steps == 4 * 3 * (1 if batch_size is None else math.ceil(64 / batch_size))
     for (name, expected), actual in zip(ppo.policy.state_dict().items(), impact.policy.state_dict().values(), strict=True):
         th.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-5, msg=name)
 
@@ -380,5 +390,59 @@ def test_adaptive_kl_coefficient_never_underflows():
         "MlpPolicy", "CartPole-v1", kl_coef=0.2, kl_target=0.01, learning_rate=1e-4, async_collection=False, **SMALL
     )
     model.n_steps = 4
+    model.target_update_interval = 1
     model.learn(600)
-    assert model._n_updates > 1000 and model.use_kl_penalty and model.kl_coef >= 1e-6
+    assert model._n_updates > 1000 and model.target_updates == model._n_updates
+    assert model.use_kl_penalty and model.kl_coef >= 1e-6
+
+
+def test_kl_coefficient_adapts_once_per_target_update():
+    """RLlib's APPO rule: the coefficient moves at target updates only, however many gradient steps lie between."""
+    # The KL stays far below half of an unreachable target: each target update halves the coefficient once.
+    model = IMPACT("MlpPolicy", "CartPole-v1", kl_coef=1.0, kl_target=100.0, batch_size=8, async_collection=False, **SMALL)
+    model.learn(512)
+    assert model.gradient_steps > 8 * model.target_updates > 0
+    assert model.kl_coef == pytest.approx(0.5**model.target_updates)
+
+
+def test_kl_coefficient_follows_the_kl_towards_its_target():
+    """Large steps against a tiny target raise the coefficient; a target the KL never reaches lowers it."""
+    kwargs = dict(kl_coef=0.1, learning_rate=3e-2, n_steps=32, batch_size=16, async_collection=False, seed=0)
+    model = IMPACT("MlpPolicy", "CartPole-v1", kl_target=1e-4, device="cpu", **kwargs)
+    model.learn(2048)
+    assert model.target_updates >= 3 and model.kl_coef > 0.1
+    model = IMPACT("MlpPolicy", "CartPole-v1", kl_target=10.0, device="cpu", **kwargs)
+    model.learn(2048)
+    assert model.target_updates >= 3 and model.kl_coef < 0.1
+
+
+def test_adapt_kl_coef_rule():
+    model = IMPACT("MlpPolicy", "CartPole-v1", kl_coef=1.0, kl_target=0.01, **SMALL)
+    for mean_kl, expected in ((0.03, 1.5), (0.015, 1.5), (0.004, 0.75), (0.0, 0.375)):
+        model._kl_sum, model._kl_count = mean_kl * 4, 4
+        model._adapt_kl_coef()
+        assert model.kl_coef == pytest.approx(expected) and model._kl_count == 0
+    model._adapt_kl_coef()  # nothing measured since the last update: unchanged
+    assert model.kl_coef == pytest.approx(0.375)
+
+
+class TorchThreadsDuringTraining(BaseCallback):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[int] = set()
+
+    def _on_step(self) -> bool:
+        self.seen.add(th.get_num_threads())
+        return True
+
+
+def test_thread_collector_leaves_the_learner_its_torch_threads():
+    """torch.set_num_threads is process-wide: the thread collector must not lower it for the learner."""
+    previous = th.get_num_threads()
+    th.set_num_threads(2)
+    try:
+        callback = TorchThreadsDuringTraining()
+        IMPACT("MlpPolicy", "CartPole-v1", collector="thread", **SMALL).learn(256, callback=callback)
+        assert callback.seen == {2} and th.get_num_threads() == 2
+    finally:
+        th.set_num_threads(previous)

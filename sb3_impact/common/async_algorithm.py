@@ -78,8 +78,9 @@ class AsyncOnPolicyAlgorithm(OnPolicyAlgorithm):
     Actor-critic learner trained from V-trace-corrected segments, delivered by a :class:`Collector`.
 
     The learner walks a :class:`CircularBuffer` of ``circular_buffer_size`` batches, each reused
-    ``max_batch_reuse`` times (IMPALA uses 1 and 1), takes one gradient step per batch drawn, and publishes
-    its weights to the collector every ``broadcast_interval`` gradient steps. Callbacks, the logger and
+    ``max_batch_reuse`` times (IMPALA uses 1 and 1), trains on each batch drawn (:meth:`_train_step`: one
+    gradient step, or a pass in minibatches), and publishes its weights to the collector every
+    ``broadcast_interval`` draws; ``_n_updates`` counts draws. Callbacks, the logger and
     the counters run on the thread that called :meth:`learn`, with one ``on_step`` per collected vector step.
 
     Subclasses implement :meth:`_train_step` (the loss) and may override :meth:`_on_first_use`.
@@ -404,11 +405,11 @@ class AsyncOnPolicyAlgorithm(OnPolicyAlgorithm):
         """Called once per batch, when it enters the circular buffer (before its first gradient step)."""
 
     def _after_update(self) -> None:
-        """Called after every gradient step."""
+        """Called after every batch draw (``_n_updates`` already counts it)."""
 
     @abstractmethod
     def _train_step(self, batch: TrainingBatch) -> dict[str, float]:
-        """One gradient step on ``batch``; returns the statistics to log (means over the log interval)."""
+        """Train on one draw of ``batch``; returns the statistics to log (means over the log interval)."""
 
     def train(self) -> None:
         raise RuntimeError(f"{type(self).__name__} trains inside learn(), one batch at a time")
@@ -460,9 +461,9 @@ class AsyncOnPolicyAlgorithm(OnPolicyAlgorithm):
         self.policy.optimizer.step()
 
     @staticmethod
-    def _behaviour_ratio(log_prob: th.Tensor, batch: TrainingBatch) -> th.Tensor:
-        """``pi / pi_worker`` per sample, for logging (no gradient)."""
-        return th.exp(th.clamp(log_prob.detach() - batch.behaviour_log_probs.flatten(), max=MAX_LOG_RATIO))
+    def _behaviour_ratio(log_prob: th.Tensor, behaviour_log_prob: th.Tensor) -> th.Tensor:
+        """``pi / pi_worker`` per sample, for logging (no gradient); both log-probs flat ``[N]``."""
+        return th.exp(th.clamp(log_prob.detach() - behaviour_log_prob, max=MAX_LOG_RATIO))
 
     # ------------------------------------------------------------------ logging
 

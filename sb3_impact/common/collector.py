@@ -114,7 +114,8 @@ class ThreadCollector(Collector):
     learner to take a segment before it starts the next one (backpressure, bounded memory). With
     ``queue_size=1`` the next segment is collected while the learner trains on the current one, so
     segments are one batch of updates stale and collection still overlaps learning.
-    While collecting, PyTorch's intra-op threads are limited to one (restored by :meth:`close`).
+    PyTorch's thread settings are left alone: they are process-wide, and the learner keeps its intra-op
+    threads (the sampling policy's forward passes on a few observations hardly use them).
     """
 
     join_timeout = 30.0
@@ -130,14 +131,11 @@ class ThreadCollector(Collector):
         self._pending_weights: tuple[dict[str, th.Tensor], int] | None = None
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
-        self._torch_threads: int | None = None
         self.queued_steps_dropped = 0
 
     def start(self) -> None:
         if self._thread is not None:
             raise RuntimeError("ThreadCollector.start() called twice")
-        self._torch_threads = th.get_num_threads()
-        th.set_num_threads(1)
         self._thread = threading.Thread(target=self._run, name="sb3-impact-collector", daemon=True)
         self._thread.start()
 
@@ -199,6 +197,3 @@ class ThreadCollector(Collector):
                     stacklevel=2,
                 )
         self._drain()
-        if self._torch_threads is not None:
-            th.set_num_threads(self._torch_threads)
-            self._torch_threads = None

@@ -1,8 +1,10 @@
 """IMPACT: importance-weighted asynchronous PPO with a clipped target network (Luo et al., ICLR 2020)."""
 
 import math
+import warnings
 from typing import Any, ClassVar, TypeVar
 
+import numpy as np
 import torch as th
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
@@ -12,6 +14,7 @@ from torch.nn import functional as F
 from sb3_impact.common.async_algorithm import MAX_LOG_RATIO, AsyncOnPolicyAlgorithm, evaluate_policy_and_values
 from sb3_impact.common.buffers import TrainingBatch
 from sb3_impact.common.distributions import behaviour_params, kl_from_params
+from sb3_impact.common.segments import index_observation
 from sb3_impact.impact.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
 SelfIMPACT = TypeVar("SelfIMPACT", bound="IMPACT")
@@ -27,18 +30,29 @@ class IMPACT(AsyncOnPolicyAlgorithm):
     PPO-clipped surrogate with the target-worker clipped ratio
     ``pi_theta / max(pi_target, pi_worker / target_worker_clip)`` (section 3.1) and V-trace GAE-lambda
     advantages computed with the target policy (section 3). The target network is refreshed every
-    ``target_update_interval`` gradient steps (default N * K).
+    ``target_update_interval`` batch draws (default N * K).
+
+    Each draw of a batch is one pass over it in shuffled minibatches of ``batch_size`` samples, one
+    gradient step each, as PPO's epochs (RLlib's APPO does the same). With N = 1 and K = ``n_epochs``,
+    synchronous IMPACT is SB3's PPO with that ``batch_size``. ``train/n_updates`` counts batch draws,
+    as PPO's counts epochs; ``train/gradient_steps`` counts minibatch steps.
+
+    With ``kl_coef > 0`` and a ``kl_target``, the KL coefficient adapts once per target-network update,
+    from the mean KL(pi_target || pi) measured since the previous one (as RLlib's APPO): x1.5 above twice
+    the target, x0.5 below half of it.
 
     :param policy: The policy model to use (MlpPolicy, CnnPolicy, MultiInputPolicy, or an ActorCriticPolicy subclass)
     :param env: The environment to learn from (if registered in Gym, can be str)
     :param learning_rate: The learning rate, a constant or a schedule of the remaining progress (1 to 0)
     :param n_steps: Vector steps per collected segment; one batch is ``n_steps * n_envs`` samples
+    :param batch_size: Minibatch size of the gradient steps in each pass over a batch (None: the whole
+        batch, one gradient step per draw, as in the paper)
     :param circular_buffer_size: N, the number of batches the learner cycles through
     :param max_batch_reuse: K, how many gradient steps each batch is used for before it is replaced
     :param target_worker_clip: rho >= 1 of the target-worker clipping (beta = 1 / rho in the paper)
     :param clip_range: PPO clipping parameter epsilon, applied on top of the IMPACT ratio (appendix E)
-    :param target_update_interval: gradient steps between target-network updates (None: N * K)
-    :param broadcast_interval: gradient steps between weight broadcasts to the collector
+    :param target_update_interval: batch draws between target-network updates (None: N * K)
+    :param broadcast_interval: batch draws between weight broadcasts to the collector
     :param gamma: Discount factor
     :param gae_lambda: lambda of the V-trace GAE-lambda advantages
     :param vtrace_clip_rho_threshold: rho_bar of V-trace
@@ -84,6 +98,7 @@ class IMPACT(AsyncOnPolicyAlgorithm):
         env: GymEnv | str,
         learning_rate: float | Schedule = 1e-3,
         n_steps: int = 128,
+        batch_size: int | None = None,
         circular_buffer_size: int = 4,
         max_batch_reuse: int = 10,
         target_worker_clip: float = 2.0,
@@ -114,6 +129,8 @@ class IMPACT(AsyncOnPolicyAlgorithm):
         device: th.device | str = "auto",
         _init_setup_model: bool = True,
     ) -> None:
+        if batch_size is not None and (not isinstance(batch_size, (int, np.integer)) or batch_size < 1):
+            raise ValueError(f"batch_size must be an integer >= 1 or None, got {batch_size!r}")
         if not (target_worker_clip >= 1 and math.isfinite(target_worker_clip)):
             raise ValueError(f"target_worker_clip must be a finite number >= 1, got {target_worker_clip}")
         if isinstance(clip_range, (float, int)) and clip_range <= 0:
@@ -155,6 +172,7 @@ class IMPACT(AsyncOnPolicyAlgorithm):
             device=device,
             _init_setup_model=False,
         )
+        self.batch_size = batch_size
         self.target_worker_clip = target_worker_clip
         self.clip_range = clip_range
         self.target_update_interval = target_update_interval
@@ -162,6 +180,10 @@ class IMPACT(AsyncOnPolicyAlgorithm):
         self.kl_target = kl_target
         self.use_kl_penalty = kl_coef > 0
         self.target_updates = 0
+        self.gradient_steps = 0
+        # KL(pi_target || pi) summed over the gradient steps since the last target update (adaptive KL).
+        self._kl_sum = 0.0
+        self._kl_count = 0
         self._target_policy: ActorCriticPolicy | None = None
         if _init_setup_model:
             self._setup_model()
@@ -169,6 +191,14 @@ class IMPACT(AsyncOnPolicyAlgorithm):
     def _setup_model(self) -> None:
         super()._setup_model()
         self.clip_range = FloatSchedule(self.clip_range)
+        samples = self.n_steps * ((self.envs_per_worker or 1) if self.collector == "ray" else self.n_envs)
+        if self.batch_size is not None and self.batch_size < samples and samples % self.batch_size != 0:
+            warnings.warn(
+                f"batch_size={self.batch_size} does not divide the {samples} samples of a batch "
+                f"(n_steps * n_envs): each pass ends with a minibatch of {samples % self.batch_size}",
+                UserWarning,
+                stacklevel=2,
+            )
 
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "_target_policy"]
@@ -182,6 +212,7 @@ class IMPACT(AsyncOnPolicyAlgorithm):
     def _on_learn_start(self) -> None:
         # Algorithm 1, line 2: the target network starts as a copy of the learner.
         self._target_policy = self._make_policy_copy(self.device)
+        self._kl_sum, self._kl_count = 0.0, 0
 
     @th.no_grad()
     def _on_first_use(self, batch: TrainingBatch) -> None:
@@ -203,59 +234,112 @@ class IMPACT(AsyncOnPolicyAlgorithm):
             assert self._target_policy is not None
             self._target_policy.load_state_dict(self.policy.state_dict())
             self.target_updates += 1
+            self._adapt_kl_coef()
+
+    def _adapt_kl_coef(self) -> None:
+        """
+        Adaptive KL coefficient (PPO's adaptive-KL rule, applied per target update as RLlib's APPO does):
+        the mean KL(pi_target || pi) since the last target update against ``kl_target``. Kept within
+        [1e-6, 1e6] so that a long run of small KLs cannot underflow it to 0.
+        """
+        if self.use_kl_penalty and self.kl_target is not None and self._kl_count > 0:
+            mean_kl = self._kl_sum / self._kl_count
+            if mean_kl > 2.0 * self.kl_target:
+                self.kl_coef = min(self.kl_coef * 1.5, 1e6)
+            elif mean_kl < 0.5 * self.kl_target:
+                self.kl_coef = max(self.kl_coef * 0.5, 1e-6)
+        self._kl_sum, self._kl_count = 0.0, 0
+
+    def _minibatch_indices(self, batch: TrainingBatch) -> list[th.Tensor | None]:
+        """
+        One pass over ``batch`` in shuffled minibatches: indices into its time-major ``[T * B]`` samples
+        (``[None]``: the whole batch). The permutation is drawn over env-major positions, the order of SB3's
+        rollout buffer, so that a seeded run takes the same minibatches as SB3's PPO.
+        """
+        if self.batch_size is None or self.batch_size >= batch.size:
+            return [None]
+        env_major = np.random.permutation(batch.size)
+        time_major = (env_major % batch.n_steps) * batch.n_envs + env_major // batch.n_steps
+        indices = th.as_tensor(time_major, device=self.device)
+        return [indices[start : start + self.batch_size] for start in range(0, batch.size, self.batch_size)]
 
     def _train_step(self, batch: TrainingBatch) -> dict[str, float]:
+        """One draw of ``batch``: a pass over it in shuffled minibatches, one gradient step each."""
         assert batch.target_log_probs is not None and batch.target_params is not None and batch.advantages is not None
         clip_range = self.clip_range(self._current_progress_remaining)
-        distribution, values = evaluate_policy_and_values(self.policy, batch.observations)
-        log_prob = distribution.log_prob(batch.actions)
+        measure_kl = self.use_kl_penalty or batch.last_use
+        minibatch_stats = [
+            self._train_minibatch(batch, indices, clip_range, measure_kl) for indices in self._minibatch_indices(batch)
+        ]
+        self.gradient_steps += len(minibatch_stats)
+        names = list(minibatch_stats[0])
+        stacked = th.stack([th.stack([stats[name] for name in names]) for stats in minibatch_stats])
+        summary = th.where(
+            th.tensor([name.endswith("_max") for name in names], device=stacked.device),
+            stacked.max(dim=0).values,
+            stacked.mean(dim=0),
+        )
+        stats = dict(zip(names, summary.tolist(), strict=True))  # one device sync per pass
+        if self.use_kl_penalty:
+            self._kl_sum += stats["kl_to_target"] * len(minibatch_stats)
+            self._kl_count += len(minibatch_stats)
+        stats.update(kl_coef=self.kl_coef, clip_range=clip_range)
+        return stats
+
+    def _train_minibatch(
+        self, batch: TrainingBatch, indices: th.Tensor | None, clip_range: float, measure_kl: bool
+    ) -> dict[str, th.Tensor]:
+        """One gradient step on the samples ``indices`` of ``batch`` (None: all); returns unsynced statistics."""
+        assert batch.target_log_probs is not None and batch.target_params is not None and batch.advantages is not None
+        select = slice(None) if indices is None else indices
+        observations = index_observation(batch.observations, select)
+        actions = batch.actions[select]
+        distribution, values = evaluate_policy_and_values(self.policy, observations)
+        log_prob = distribution.log_prob(actions)
         entropy = distribution.entropy()
-        advantages = self._prepare_advantages(batch.advantages)
+        # Per-minibatch normalisation, as SB3's PPO.
+        advantages = self._prepare_advantages(batch.advantages[select])
 
         # Target-worker clipped ratio, eq. (3): pi_theta / max(pi_target, pi_worker / rho), in log space.
-        behaviour_log_prob = batch.behaviour_log_probs.flatten()
-        target_log_prob = batch.target_log_probs.flatten()
+        behaviour_log_prob = batch.behaviour_log_probs.flatten()[select]
+        target_log_prob = batch.target_log_probs.flatten()[select]
         denominator = th.maximum(target_log_prob, behaviour_log_prob - math.log(self.target_worker_clip))
         ratio = th.exp(th.clamp(log_prob - denominator, -MAX_LOG_RATIO, MAX_LOG_RATIO))
         # PPO epsilon-clip on top of the IMPACT ratio (appendix E, "IMPACT target epsilon-clip").
         policy_loss = -th.min(advantages * ratio, advantages * th.clamp(ratio, 1 - clip_range, 1 + clip_range)).mean()
         # Value loss towards the V-trace targets (Algorithm 1, line 8).
-        value_loss = F.mse_loss(values, batch.value_targets)
+        value_loss = F.mse_loss(values, batch.value_targets[select])
         entropy_loss = -entropy.mean()
         loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
         # KL(pi_target || pi_theta) penalty (Algorithm 1, line 8). Without the penalty the KL is only
-        # logged, and only measured at a batch's last use.
+        # logged, and only measured in a batch's last pass.
         kl_to_target = None
         if self.use_kl_penalty:
-            kl_to_target = kl_from_params(self.action_space, batch.target_params, distribution).mean()
+            kl_to_target = kl_from_params(self.action_space, batch.target_params[select], distribution).mean()
             loss = loss + self.kl_coef * kl_to_target
-        elif batch.last_use:
+        elif measure_kl:
             with th.no_grad():
-                kl_to_target = kl_from_params(self.action_space, batch.target_params, distribution).mean()
+                kl_to_target = kl_from_params(self.action_space, batch.target_params[select], distribution).mean()
         self._clip_gradients_and_step(loss)
 
         with th.no_grad():
-            is_ratio = self._behaviour_ratio(log_prob, batch)
-            clip_fraction = (th.abs(ratio - 1) > clip_range).float().mean()
-            names = ["policy_gradient_loss", "value_loss", "entropy_loss", "loss", "is_ratio_mean", "is_ratio_max"]
-            names += ["clip_fraction"]
-            values = [policy_loss, value_loss, entropy_loss, loss, is_ratio.mean(), is_ratio.max(), clip_fraction]
+            is_ratio = self._behaviour_ratio(log_prob, behaviour_log_prob)
+            stats = {
+                "policy_gradient_loss": policy_loss.detach(),
+                "value_loss": value_loss.detach(),
+                "entropy_loss": entropy_loss.detach(),
+                "loss": loss.detach(),
+                "is_ratio_mean": is_ratio.mean(),
+                "is_ratio_max": is_ratio.max(),
+                "clip_fraction": (th.abs(ratio - 1) > clip_range).float().mean(),
+            }
             if kl_to_target is not None:
-                names.append("kl_to_target")
-                values.append(kl_to_target)
-            stats = dict(zip(names, th.stack(values).tolist(), strict=True))  # one device sync
-        if self.use_kl_penalty and self.kl_target is not None:
-            # Adaptive KL coefficient, as in PPO's adaptive-KL variant, kept within [1e-6, 1e6] so that a
-            # long run of small KLs (right after target updates) cannot underflow it to 0.
-            if stats["kl_to_target"] > 2.0 * self.kl_target:
-                self.kl_coef = min(self.kl_coef * 1.5, 1e6)
-            elif stats["kl_to_target"] < 0.5 * self.kl_target:
-                self.kl_coef = max(self.kl_coef * 0.5, 1e-6)
-        stats.update(kl_coef=self.kl_coef, clip_range=clip_range)
+                stats["kl_to_target"] = kl_to_target.detach()
         return stats
 
     def dump_logs(self, iteration: int = 0) -> None:
         self.logger.record("train/target_updates", self.target_updates)
+        self.logger.record("train/gradient_steps", self.gradient_steps)
         super().dump_logs(iteration)
 
     def learn(

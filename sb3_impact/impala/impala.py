@@ -145,7 +145,7 @@ class IMPALA(AsyncOnPolicyAlgorithm):
         loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
         self._clip_gradients_and_step(loss)
         with th.no_grad():
-            is_ratio = self._behaviour_ratio(log_prob, batch)
+            is_ratio = self._behaviour_ratio(log_prob, batch.behaviour_log_probs.flatten())
             names = ["policy_gradient_loss", "value_loss", "entropy_loss", "loss", "is_ratio_mean", "is_ratio_max"]
             values = [policy_loss, value_loss, entropy_loss, loss, is_ratio.mean(), is_ratio.max()]
             return dict(zip(names, th.stack(values).tolist(), strict=True))  # one device sync

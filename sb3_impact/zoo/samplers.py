@@ -9,7 +9,7 @@ do is written here: the algorithms' own parameters, ``log_std_init``/``ortho_ini
 
 Size rules (decided so that every sampled trial builds, written once in the converters):
 
-- ``batch_size`` (PPO-AMBER, PTR-PPO) is at most ``n_steps``: the converter only sees ``trial.params``, not
+- ``batch_size`` (IMPACT, PPO-AMBER, PTR-PPO) is at most ``n_steps``: the converter only sees ``trial.params``, not
   ``n_envs``, and ``n_steps <= n_steps * n_envs`` holds for any number of envs.
 - PTR-PPO's ``memory_size`` is at least ``replay_batch``.
 - V-RACER's ``buffer_size`` is at least ``batch_size``.
@@ -79,11 +79,12 @@ def convert_actor_critic_params(params: dict[str, Any]) -> dict[str, Any]:
 
 def sample_impact_params(trial: optuna.Trial, n_actions: int, n_envs: int, additional_args: dict) -> dict[str, Any]:
     """
-    IMPACT: segment length, circular buffer size N, reuses per batch K, target-worker clip rho, surrogate clip,
-    KL penalty and the shared actor-critic space (gamma, lambda, learning rate, network...).
+    IMPACT: segment length, minibatch size, circular buffer size N, reuses per batch K, target-worker clip rho,
+    surrogate clip, KL penalty and the shared actor-critic space (gamma, lambda, learning rate, network...).
     """
     params = _sample_actor_critic(trial, n_actions, (4, 10))
     params.update(
+        batch_size_pow=trial.suggest_int("batch_size_pow", 5, 10),
         circular_buffer_size=trial.suggest_categorical("circular_buffer_size", [1, 2, 4, 8, 16]),
         max_batch_reuse=trial.suggest_categorical("max_batch_reuse", [1, 2, 5, 10, 20]),
         target_worker_clip=trial.suggest_float("target_worker_clip", 1.0, 4.0),
