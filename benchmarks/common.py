@@ -224,7 +224,8 @@ class EvalPoint:
 
 class TimedEvalCallback(BaseCallback):
     """
-    Evaluate the deterministic policy for ``n_eval_episodes`` episodes every ``eval_freq`` environment steps, or,
+    Evaluate the deterministic policy for ``n_eval_episodes`` episodes (0: record steps and wall time only, with
+    a NaN return, for throughput runs) every ``eval_freq`` environment steps, or,
     with ``eval_seconds``, every ``eval_seconds`` of training wall time instead (the same number of points for a
     fast and a slow algorithm). With ``max_seconds``, training stops once its wall time reaches that budget.
 
@@ -269,9 +270,12 @@ class TimedEvalCallback(BaseCallback):
         eval_start = time.perf_counter()
         if isinstance(self.model.get_vec_normalize_env(), VecNormalize):
             sync_envs_normalization(self.training_env, self.eval_env)
-        rewards, _ = evaluate_policy(
-            self.model, self.eval_env, self.n_eval_episodes, deterministic=True, return_episode_rewards=True
-        )
+        if self.n_eval_episodes > 0:
+            rewards, _ = evaluate_policy(
+                self.model, self.eval_env, self.n_eval_episodes, deterministic=True, return_episode_rewards=True
+            )
+        else:  # throughput only: the point records steps and wall time, no return
+            rewards = [float("nan")]
         wall = eval_start - self._start - self._eval_seconds
         device = self.model.device.type
         self.points.append(

@@ -61,7 +61,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--eval-freq", type=int, default=5000, help="environment steps between evaluations")
     parser.add_argument("--eval-seconds", type=float, default=None,
                         help="evaluate every so many seconds of training wall time, not every --eval-freq steps")  # fmt: skip
-    parser.add_argument("--eval-episodes", type=int, default=10)
+    parser.add_argument("--eval-episodes", type=int, default=10, help="0: no evaluation (throughput runs)")
     parser.add_argument("--max-seconds", type=float, default=None,
                         help="training wall-time budget per run (evaluation excluded); ends a run before --steps")  # fmt: skip
     parser.add_argument("--jobs", type=int, default=1, help="runs at once, each in its own process (default 1: in this one)")
