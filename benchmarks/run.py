@@ -28,6 +28,7 @@ in progress (their worker processes and everything they started) and keeps the o
 """
 
 import argparse
+import json
 import shlex
 from pathlib import Path
 
@@ -111,8 +112,13 @@ def wall_checkpoints(args: argparse.Namespace) -> tuple[float, ...]:
     return tuple(args.max_seconds * fraction for fraction in (1 / 3, 2 / 3, 1)) if args.max_seconds else ()
 
 
-def write_results(args: argparse.Namespace, env_id: str, points: list[EvalPoint], baseline: str) -> dict:
-    """Write ENV.csv, ENV.json and ENV.png for the points gathered so far; return the summary."""
+def write_results(
+    args: argparse.Namespace, env_id: str, points: list[EvalPoint], baseline: str, machine: dict | None = None
+) -> dict:
+    """
+    Write ENV.csv, ENV.json and ENV.png for the points gathered so far; return the summary. ``machine`` is the
+    description of the machine that ran them (default: this one).
+    """
     threshold = args.threshold if args.threshold is not None else THRESHOLDS.get(env_id)
     write_csv(points, args.out / f"{env_id}.csv")
     summary = threshold_summary(points, threshold, baseline=baseline, wall_checkpoints=wall_checkpoints(args))
@@ -127,7 +133,7 @@ def write_results(args: argparse.Namespace, env_id: str, points: list[EvalPoint]
         eval_seconds=args.eval_seconds,
         eval_episodes=args.eval_episodes,
         hyperparams={algo: hyperparams_source(algo, env_id) for algo in algos},
-        machine={**machine_description(args.device), "torch_threads": torch_threads(args), "jobs": args.jobs},
+        machine=machine or {**machine_description(args.device), "torch_threads": torch_threads(args), "jobs": args.jobs},
         command=reproduce_command(args, env_id, algos, seeds),
     )
     write_json(summary, args.out / f"{env_id}.json")
@@ -189,7 +195,10 @@ def main(argv: list[str] | None = None) -> None:
         th.set_num_threads(args.torch_threads)
     if args.summarize:
         for env in args.envs:
-            print_summary(write_results(args, env, read_csv(args.out / f"{env}.csv"), baseline))
+            # The runs' machine, not this one: the JSON written when they ran describes it.
+            previous = args.out / f"{env}.json"
+            machine = json.loads(previous.read_text()).get("machine") if previous.exists() else None
+            print_summary(write_results(args, env, read_csv(args.out / f"{env}.csv"), baseline, machine))
         return
     specs = run_specs(args)
 
