@@ -426,17 +426,28 @@ def run_in_parallel(
         results.close()
 
 
+def _signal_worker(worker: multiprocessing.process.BaseProcess, signum: int) -> None:
+    """
+    ``signum`` to the worker's process group, or to the worker alone while it leads none yet: a worker still
+    starting up (importing, before its ``os.setpgrp()``) is in this process's group, which a signal to "its"
+    group would miss, and then the SIGKILL too, leaving ``join()`` waiting on a live worker.
+    """
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if os.getpgid(worker.pid) == worker.pid:
+            os.killpg(worker.pid, signum)
+        else:
+            os.kill(worker.pid, signum)
+
+
 def _stop_workers(workers: list[multiprocessing.process.BaseProcess], grace_seconds: float) -> None:
-    """SIGINT to each worker's process group, then SIGKILL to the groups still alive after ``grace_seconds``."""
+    """SIGINT to each worker (and its process group), then SIGKILL to those still alive after ``grace_seconds``."""
     for worker in workers:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(worker.pid, signal.SIGINT)
+        _signal_worker(worker, signal.SIGINT)
     deadline = time.monotonic() + grace_seconds
     for worker in workers:
         worker.join(max(0.0, deadline - time.monotonic()))
     for worker in workers:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(worker.pid, signal.SIGKILL)
+        _signal_worker(worker, signal.SIGKILL)  # the group too: env subprocesses and collectors it started
         worker.join()
 
 
