@@ -405,8 +405,8 @@ def run_in_parallel(
                 worker = context.Process(
                     target=_run_in_worker, args=(index, spec, torch_threads, results), name=f"benchmark-{spec.algo}"
                 )
+                running[index] = worker  # before start(): a Ctrl-C during start() must still stop it
                 worker.start()
-                running[index] = worker
             try:
                 index, points = results.get(timeout=1.0)
             except queue.Empty:
@@ -432,6 +432,8 @@ def _signal_worker(worker: multiprocessing.process.BaseProcess, signum: int) -> 
     starting up (importing, before its ``os.setpgrp()``) is in this process's group, which a signal to "its"
     group would miss, and then the SIGKILL too, leaving ``join()`` waiting on a live worker.
     """
+    if worker.pid is None:  # interrupted before it started
+        return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         if os.getpgid(worker.pid) == worker.pid:
             os.killpg(worker.pid, signum)
@@ -444,9 +446,10 @@ def _stop_workers(workers: list[multiprocessing.process.BaseProcess], grace_seco
     for worker in workers:
         _signal_worker(worker, signal.SIGINT)
     deadline = time.monotonic() + grace_seconds
-    for worker in workers:
+    started = [worker for worker in workers if worker.pid is not None]
+    for worker in started:
         worker.join(max(0.0, deadline - time.monotonic()))
-    for worker in workers:
+    for worker in started:
         _signal_worker(worker, signal.SIGKILL)  # the group too: env subprocesses and collectors it started
         worker.join()
 
