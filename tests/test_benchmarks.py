@@ -1,7 +1,9 @@
 """The benchmark harness: threshold and ratio computation on synthetic curves, output files, a tiny run."""
 
+import contextlib
 import json
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -267,6 +269,16 @@ def test_benchmarks_entry_point_dispatches_to_the_subcommands(tmp_path):
     assert (tmp_path / "Env-v0.png").is_file()
 
 
+def process_group_leaders(pids: set[int]) -> set[int]:
+    """The processes among ``pids`` that lead their own process group."""
+    leaders = set()
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            if os.getpgid(pid) == pid:
+                leaders.add(pid)
+    return leaders
+
+
 def child_pids(pid: int) -> set[int]:
     """Every live descendant of ``pid``, read from /proc."""
     parents = {}
@@ -293,9 +305,11 @@ def test_ctrl_c_with_jobs_keeps_finished_runs_and_leaves_no_processes(tmp_path):
     long_runs = [*command[:-2], "--first-seed", "2", "--max-seconds", "600", "--append", "--out", str(tmp_path)]
     process = subprocess.Popen(long_runs, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while len(child_pids(process.pid)) < 2 and time.monotonic() < deadline:  # both workers (and their helpers) up
+    # Both workers are past their start-up once each leads its own process group (os.setpgrp in the worker):
+    # the multiprocessing resource tracker alone, or a worker still importing, does not count.
+    while len(process_group_leaders(child_pids(process.pid))) < 2 and time.monotonic() < deadline:
         time.sleep(0.5)
-    time.sleep(5)  # the workers are training
+    time.sleep(3)  # the workers are training
     workers = child_pids(process.pid)
     process.send_signal(signal.SIGINT)
     stdout, _ = process.communicate(timeout=60)
