@@ -196,11 +196,9 @@ def make_training_env(
 def machine_id(device: str = "cpu") -> str:
     """A short name of this machine's compute: CPU model and count, plus the GPU when the learner uses one."""
     cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as file:
-            cpu = next(line.split(":", 1)[1].strip() for line in file if line.startswith("model name"))
-    except (OSError, StopIteration):  # no /proc/cpuinfo, or no model name in it: keep platform's name
-        pass
+    # No /proc/cpuinfo, or no model name in it: keep platform's name.
+    with contextlib.suppress(OSError, StopIteration), open("/proc/cpuinfo") as file:
+        cpu = next(line.split(":", 1)[1].strip() for line in file if line.startswith("model name"))
     name = f"{cpu} x{os.cpu_count()}"
     if device.startswith("cuda") and th.cuda.is_available():
         name += f" + {th.cuda.get_device_name(0)}"

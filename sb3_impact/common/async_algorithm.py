@@ -1,5 +1,6 @@
 """Base class for the V-trace actor-critic algorithms fed by a (possibly asynchronous) collector."""
 
+import contextlib
 import math
 import warnings
 from abc import abstractmethod
@@ -60,10 +61,8 @@ def is_env_factory(env: Any) -> bool:
 
 def close_env_after_failure(env: VecEnv) -> None:
     """Close a VecEnv whose worker may have crashed, terminating any subprocess that survives ``close()``."""
-    try:
+    with contextlib.suppress(Exception):  # a dead worker makes close() fail; the processes are ended below
         env.close()
-    except Exception:  # a dead worker makes close() fail; the processes are ended below
-        pass
     inner = env
     while isinstance(inner, VecEnvWrapper):
         inner = inner.venv

@@ -14,6 +14,7 @@ at most once per broadcast (lazily, when a request needs them); a request carrie
 actor's copy is older, and Ray fetches the object once per node.
 """
 
+import contextlib
 import logging
 import os
 import random
@@ -335,10 +336,8 @@ class RayCollector(Collector):
         """Stop the requests in progress and count what was collected but never delivered."""
         ray = self._ray
         for slot in self._slots:
-            try:
+            with contextlib.suppress(Exception):  # a dead actor: its requests fail below
                 slot.actor.stop.options(concurrency_group="control").remote()
-            except Exception:  # a dead actor: its requests fail below
-                pass
         if not self._pending:
             return
         ready, _ = ray.wait(self._pending, num_returns=len(self._pending), timeout=self.stop_timeout)
@@ -352,10 +351,8 @@ class RayCollector(Collector):
             self.queued_steps_dropped += steps
 
     def _kill(self, actor: Any) -> None:
-        try:
+        with contextlib.suppress(Exception):  # already dead
             self._ray.kill(actor, no_restart=True)
-        except Exception:  # already dead
-            pass
 
     # ------------------------------------------------------------------ requests
 

@@ -265,7 +265,6 @@ class IMPACT(AsyncOnPolicyAlgorithm):
 
     def _train_step(self, batch: TrainingBatch) -> dict[str, float]:
         """One draw of ``batch``: a pass over it in shuffled minibatches, one gradient step each."""
-        assert batch.target_log_probs is not None and batch.target_params is not None and batch.advantages is not None
         clip_range = self.clip_range(self._current_progress_remaining)
         measure_kl = self.use_kl_penalty or batch.last_use
         minibatch_stats = [
