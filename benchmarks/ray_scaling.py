@@ -52,7 +52,7 @@ def measure_collection(args: argparse.Namespace, n_workers: int) -> dict[str, fl
     """Steps/s the collector delivers to a driver that only takes segments, after every worker delivered some."""
     model = build_model(args, n_workers)
     model._last_obs = model.env.reset()
-    collector = model._make_collector()
+    collector = model._make_collector(model.n_steps)
     collector.start()
     try:
         deadline = time.monotonic() + 600

@@ -31,8 +31,9 @@ from benchmarks.common import (
     validate_names,
     write_json,
 )
-from sb3_impact.common.async_algorithm import COLLECTORS, AsyncOnPolicyAlgorithm
-from sb3_impact.common.collector import SyncCollector
+from sb3_impact.common.async_algorithm import AsyncOnPolicyAlgorithm
+from sb3_impact.common.collectors import COLLECTOR_NAMES
+from sb3_impact.common.collectors.base import SyncCollector
 
 
 class PrecollectedCollector(SyncCollector):
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu", help="learner device (collectors always run on CPU)")
     parser.add_argument("--vec-env", choices=["dummy", "subproc"], default="dummy")
-    parser.add_argument("--collector", choices=sorted(COLLECTORS), default="thread")
+    parser.add_argument("--collector", choices=sorted(COLLECTOR_NAMES), default="thread")
     parser.add_argument("--workers", type=int, default=None, help="Ray workers with --collector ray (default: CPUs - 1)")
     parser.add_argument("--out", type=Path, default=Path("results"))
     args = parser.parse_args(argv)
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> None:
         # C: the sampler alone.
         model = build(args.algo, args.env, args.seed, args.device, subproc, async_collection=False)
         model._setup_learn(1, None, True, "throughput", False)
-        collector = model._make_collector()
+        collector = model._make_collector(model.n_steps)
         report["batch_env_steps"] = model.n_steps * model.n_envs
         start = time.perf_counter()
         segments = [collector.get_segment() for _ in tqdm(range(args.batches), desc="collecting", leave=False)]

@@ -23,7 +23,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecFram
 
 from sb3_impact import IMPACT, IMPALA
 from sb3_impact.common.buffers import TrainingBatch
-from sb3_impact.common.collector import CollectorError
+from sb3_impact.common.collectors.base import CollectorError
 
 from .conftest import CrashingEnv, collector_processes, collector_threads
 
@@ -250,7 +250,7 @@ def test_impact_target_network_updates_every_n_times_k():
 def test_impact_loss_stays_finite_with_extreme_ratios():
     model = IMPACT("MlpPolicy", "CartPole-v1", async_collection=False, **SMALL)
     model.learn(32)
-    collector = model._make_collector()
+    collector = model._make_collector(model.n_steps)
     segment = collector.get_segment()
     segment.behaviour_log_probs = np.where(np.arange(segment.size).reshape(segment.rewards.shape) % 2, -300.0, 50.0)
     batch = TrainingBatch.from_segment(segment, model.device)

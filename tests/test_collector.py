@@ -10,8 +10,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.policies import ActorCriticPolicy
 
 from sb3_impact.common.buffers import CircularBuffer, TrainingBatch
-from sb3_impact.common.collector import CollectorError, SyncCollector, ThreadCollector
-from sb3_impact.common.segments import SegmentSampler
+from sb3_impact.common.collectors import CollectorError, SegmentSampler, SyncCollector, ThreadCollector
 
 from .conftest import CrashingEnv, collector_threads
 

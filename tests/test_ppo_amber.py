@@ -13,8 +13,8 @@ from stable_baselines3.common.logger import KVWriter, Logger
 from stable_baselines3.common.save_util import load_from_zip_file
 
 from sb3_impact import PPOAMBER
-from sb3_impact.common.batch_memory import BatchReplayMemory, StoredBatch
 from sb3_impact.common.distributions import distribution_from_params
+from sb3_impact.ppo_amber.memory import BatchReplayMemory, StoredBatch
 from sb3_impact.ppo_amber.ppo_amber import batch_average_is_weight, select_active_batches
 
 from .test_algorithms import DictObsEnv

@@ -14,7 +14,6 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 
 from sb3_impact import PTRPPO
 from sb3_impact.common.distributions import distribution_from_params
-from sb3_impact.common.sum_tree import SumTree
 from sb3_impact.common.vtrace import fold_truncation_bootstrap
 from sb3_impact.ptr_ppo.memory import PRIORITY_EPS, RunningReturnStatistics, TrajectoryMemory, TrajectorySegments
 from sb3_impact.ptr_ppo.ptr_ppo import (
@@ -23,6 +22,7 @@ from sb3_impact.ptr_ppo.ptr_ppo import (
     segment_priorities,
     truncated_importance_weight,
 )
+from sb3_impact.ptr_ppo.sum_tree import SumTree
 
 from .test_algorithms import DictObsEnv, ImageEnv
 

@@ -14,8 +14,8 @@ import pytest
 from stable_baselines3.common.callbacks import BaseCallback
 
 from sb3_impact import IMPACT, IMPALA
-from sb3_impact.common.collector import CollectorError
-from sb3_impact.common.ray_collector import RayCollector
+from sb3_impact.common.collectors.base import CollectorError
+from sb3_impact.common.collectors.ray import RayCollector
 
 from .conftest import CrashingEnv
 
@@ -87,7 +87,7 @@ class StopAtMeanReturn(BaseCallback):
 
 
 def test_importing_sb3_impact_does_not_import_ray():
-    code = "import sys, sb3_impact, sb3_impact.common.ray_collector; assert 'ray' not in sys.modules, 'ray imported'"
+    code = "import sys, sb3_impact, sb3_impact.common.collectors.ray; assert 'ray' not in sys.modules, 'ray imported'"
     subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, check=True)
 
 

@@ -10,8 +10,9 @@ import torch as th
 from stable_baselines3.common.logger import KVWriter, Logger
 
 from sb3_impact import VRACER
-from sb3_impact.common.episode_memory import EpisodeReplayMemory
-from sb3_impact.common.refer import (
+from sb3_impact.common.vtrace import vtrace
+from sb3_impact.vracer.memory import EpisodeReplayMemory
+from sb3_impact.vracer.refer import (
     annealed_c_max,
     annealed_lr_factor,
     diag_gaussian_kl,
@@ -21,8 +22,7 @@ from sb3_impact.common.refer import (
     is_near_policy,
     update_beta,
 )
-from sb3_impact.common.retrace import retrace_q_ret, v_tbc
-from sb3_impact.common.vtrace import vtrace
+from sb3_impact.vracer.retrace import retrace_q_ret, v_tbc
 from sb3_impact.vracer.vracer import refer_vracer_loss
 
 GAMMA = 0.9

@@ -1,78 +1,31 @@
 """Base class for the V-trace actor-critic algorithms fed by a (possibly asynchronous) collector."""
 
-import contextlib
 import math
-import warnings
 from abc import abstractmethod
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
-import cloudpickle
 import gymnasium as gym
 import numpy as np
 import torch as th
 from gymnasium import spaces
-from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.policies import ActorCriticCnnPolicy, ActorCriticPolicy, BasePolicy, MultiInputActorCriticPolicy
-from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule, TensorDict
-from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 
 from sb3_impact.common.buffers import CircularBuffer, TrainingBatch
-from sb3_impact.common.collector import Collector, CollectorError, SyncCollector, ThreadCollector
+from sb3_impact.common.collection import CollectorMixin
 from sb3_impact.common.distributions import check_action_space
-from sb3_impact.common.process_collector import ProcessCollector
-from sb3_impact.common.ray_collector import RayCollector, import_ray
-from sb3_impact.common.segments import Segment, SegmentSampler
+from sb3_impact.common.policy_evaluation import MAX_LOG_RATIO
 from sb3_impact.common.vtrace import fold_truncation_bootstrap, vtrace
 
 SelfAsyncOnPolicyAlgorithm = TypeVar("SelfAsyncOnPolicyAlgorithm", bound="AsyncOnPolicyAlgorithm")
 
-# Asynchronous collectors by name (the ``collector`` parameter).
-COLLECTORS: dict[str, type[Collector]] = {"thread": ThreadCollector, "process": ProcessCollector, "ray": RayCollector}
-
-# exp() of a log-ratio beyond this is clamped: the PPO clip already zeroes the gradient of such samples
-# on the clipped side, and the clamp keeps the unclipped side and the logged ratios finite.
-MAX_LOG_RATIO = 20.0
-
 SUPPORTED_OBSERVATION_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary, spaces.Dict)
 
 
-def evaluate_policy_and_values(
-    policy: ActorCriticPolicy, observations: th.Tensor | TensorDict
-) -> tuple[Distribution, th.Tensor]:
-    """Action distribution and values ``[N]`` of ``policy``, sharing one feature pass (as ``evaluate_actions``)."""
-    features = policy.extract_features(observations)
-    if policy.share_features_extractor:
-        latent_pi, latent_vf = policy.mlp_extractor(features)
-    else:
-        pi_features, vf_features = features
-        latent_pi = policy.mlp_extractor.forward_actor(pi_features)
-        latent_vf = policy.mlp_extractor.forward_critic(vf_features)
-    return policy._get_action_dist_from_latent(latent_pi), policy.value_net(latent_vf).flatten()
-
-
-def is_env_factory(env: Any) -> bool:
-    """Whether ``env`` is a factory (a callable returning a ``gymnasium.Env``) rather than an env, a VecEnv or an id."""
-    return callable(env) and not isinstance(env, (str, gym.Env, VecEnv))
-
-
-def close_env_after_failure(env: VecEnv) -> None:
-    """Close a VecEnv whose worker may have crashed, terminating any subprocess that survives ``close()``."""
-    with contextlib.suppress(Exception):  # a dead worker makes close() fail; the processes are ended below
-        env.close()
-    inner = env
-    while isinstance(inner, VecEnvWrapper):
-        inner = inner.venv
-    for process in getattr(inner, "processes", []):
-        if process.is_alive():
-            process.terminate()
-        process.join(timeout=5)
-
-
-class AsyncOnPolicyAlgorithm(OnPolicyAlgorithm):
+class AsyncOnPolicyAlgorithm(CollectorMixin, OnPolicyAlgorithm):
     """
     Actor-critic learner trained from V-trace-corrected segments, delivered by a :class:`Collector`.
 
@@ -82,12 +35,8 @@ class AsyncOnPolicyAlgorithm(OnPolicyAlgorithm):
     ``broadcast_interval`` draws; ``_n_updates`` counts draws. Callbacks, the logger and
     the counters run on the thread that called :meth:`learn`, with one ``on_step`` per collected vector step.
 
-    Subclasses implement :meth:`_train_step` (the loss) and may override :meth:`_on_first_use`.
-
-    ``env`` may also be a factory (a picklable callable returning a ``gymnasium.Env``): the learner's VecEnv
-    is then one environment built from it. With ``collector="ray"``, ``num_workers`` Ray actors each build
-    ``envs_per_worker`` environments from the id or factory that ``env`` was given as (see
-    :class:`~sb3_impact.common.ray_collector.RayCollector`); the learner's own VecEnv only defines the spaces.
+    Subclasses implement :meth:`_train_step` (the loss) and may override :meth:`_on_first_use`. The
+    collection parameters (``async_collection``, ``collector``, ...) are :class:`CollectorMixin`'s.
     """
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
@@ -134,7 +83,6 @@ class AsyncOnPolicyAlgorithm(OnPolicyAlgorithm):
             ("circular_buffer_size", circular_buffer_size, 1),
             ("max_batch_reuse", max_batch_reuse, 1),
             ("broadcast_interval", broadcast_interval, 1),
-            ("collector_queue_size", collector_queue_size, 1),
         ):
             if not isinstance(value, (int, np.integer)) or value < minimum:
                 raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
@@ -151,13 +99,9 @@ class AsyncOnPolicyAlgorithm(OnPolicyAlgorithm):
         for name, value in (("ent_coef", ent_coef), ("vf_coef", vf_coef), ("max_grad_norm", max_grad_norm)):
             if value < 0:
                 raise ValueError(f"{name} must be >= 0, got {value}")
-        if collector not in COLLECTORS:
-            raise ValueError(f"collector must be one of {sorted(COLLECTORS)}, got {collector!r}")
-        # Where remote workers build their environments from: the id or factory the learner's env came from.
-        worker_env = env if isinstance(env, str) or is_env_factory(env) else None
-        self._check_ray_parameters(collector, async_collection, worker_env, num_workers, envs_per_worker, ray_address)
-        if is_env_factory(env):
-            env = env()
+        env = self._init_collection(
+            env, async_collection, collector, collector_queue_size, num_workers, envs_per_worker, ray_address
+        )
         if policy_kwargs and (policy_kwargs.get("use_sde") or policy_kwargs.get("squash_output")):
             raise ValueError("policy_kwargs: use_sde and squash_output are not supported (behaviour storage needs a Gaussian)")
 
@@ -188,52 +132,10 @@ class AsyncOnPolicyAlgorithm(OnPolicyAlgorithm):
         self.vtrace_clip_pg_rho_threshold = vtrace_clip_pg_rho_threshold
         self.normalize_advantage = normalize_advantage
         self.broadcast_interval = broadcast_interval
-        self.async_collection = async_collection
-        self.collector_queue_size = collector_queue_size
-        self.collector = collector
-        self.worker_env = worker_env
-        self.num_workers = num_workers
-        self.envs_per_worker = envs_per_worker
-        self.ray_address = ray_address
-        # Counters of the last learn() call (see _log_collection_counters)
-        self.sampled_steps = 0
-        self.trained_steps = 0
-        self.dropped_steps = 0
-        self.collector_stats: dict[str, float] = {}
-        self._collector: Collector | None = None
         self._circular_buffer: CircularBuffer | None = None
         self._train_stats: dict[str, list[float]] = defaultdict(list)
         if _init_setup_model:
             self._setup_model()
-
-    @staticmethod
-    def _check_ray_parameters(
-        collector: str,
-        async_collection: bool,
-        worker_env: str | Callable[[], gym.Env] | None,
-        num_workers: int | None,
-        envs_per_worker: int | None,
-        ray_address: str | None,
-    ) -> None:
-        for name, value in (("num_workers", num_workers), ("envs_per_worker", envs_per_worker)):
-            if value is not None and (not isinstance(value, (int, np.integer)) or value < 1):
-                raise ValueError(f"{name} must be an integer >= 1 or None, got {value!r}")
-        if ray_address is not None and not isinstance(ray_address, str):
-            raise TypeError(f"ray_address must be a string (host:port or 'auto') or None, got {ray_address!r}")
-        if collector != "ray":
-            ray_parameters = {"num_workers": num_workers, "envs_per_worker": envs_per_worker, "ray_address": ray_address}
-            for name, value in ray_parameters.items():
-                if value is not None:
-                    raise ValueError(f"{name} is only used with collector='ray' (collector={collector!r})")
-            return
-        import_ray()  # ImportError naming the extra to install
-        if not async_collection:
-            raise ValueError("collector='ray' collects asynchronously: it needs async_collection=True")
-        if worker_env is None:
-            raise ValueError(
-                "env: collector='ray' builds the environments inside remote workers, so env must be given as an "
-                "environment id or a picklable factory (a callable returning a gymnasium.Env), not an env instance"
-            )
 
     def _setup_model(self) -> None:
         check_action_space(self.action_space)
@@ -251,70 +153,12 @@ class AsyncOnPolicyAlgorithm(OnPolicyAlgorithm):
         self._maybe_recommend_cpu()
 
     def _excluded_save_params(self) -> list[str]:
-        excluded = [*super()._excluded_save_params(), "_collector", "_circular_buffer", "_train_stats"]
-        if not isinstance(self.worker_env, (str, type(None))):
-            try:
-                cloudpickle.dumps(self.worker_env)
-            except Exception as error:
-                warnings.warn(
-                    f"the env factory cannot be pickled ({error!r}) and is not saved: set model.worker_env after "
-                    "load() to use collector='ray'",
-                    UserWarning,
-                    stacklevel=3,
-                )
-                excluded.append("worker_env")
-        return excluded
-
-    # ------------------------------------------------------------------ collection
-
-    def _make_policy_copy(self, device: th.device | str) -> ActorCriticPolicy:
-        """
-        A copy of the learner policy on ``device``, in evaluation mode and without gradients.
-
-        Building it draws no random numbers from the global generator (it is forked around the
-        construction), so that with a seed, synchronous collection draws the same actions as SB3's PPO.
-        """
-        with th.random.fork_rng(devices=[]):
-            policy_copy = self.policy.__class__(**self.policy._get_constructor_parameters())
-        policy_copy.load_state_dict(self.policy.state_dict())
-        policy_copy = policy_copy.to(device)
-        policy_copy.set_training_mode(False)
-        policy_copy.requires_grad_(False)
-        return policy_copy
-
-    def _make_collector(self) -> Collector:
-        assert self.env is not None and self._last_obs is not None
-        sampler = SegmentSampler(self.env, self._make_policy_copy("cpu"), self.n_steps, self._last_obs)
-        sampler.policy_version = self._n_updates
-        if not self.async_collection:
-            return SyncCollector(sampler)
-        if self.collector == "ray":
-            return RayCollector(
-                sampler,
-                queue_size=self.collector_queue_size,
-                worker_env=self.worker_env,
-                num_workers=self.num_workers,
-                envs_per_worker=self.envs_per_worker or 1,
-                address=self.ray_address,
-            )
-        return COLLECTORS[self.collector](sampler, queue_size=self.collector_queue_size)
-
-    def _replay_callbacks(self, segment: Segment, callback: BaseCallback) -> bool:
-        """Run SB3's per-step bookkeeping for a collected segment, as ``collect_rollouts`` does for PPO."""
-        callback.on_rollout_start()
-        for step in range(segment.n_steps):
-            self.num_timesteps += segment.n_envs
-            infos = segment.infos[step]
-            dones = segment.dones[step]
-            rewards = segment.rewards[step]
-            actions = segment.actions[step]
-            new_obs = segment.observation_after(step)
-            callback.update_locals(locals())
-            if not callback.on_step():
-                return False
-            self._update_info_buffer(infos, dones)
-        callback.on_rollout_end()
-        return True
+        return [
+            *super()._excluded_save_params(),
+            *self._collection_excluded_save_params(),
+            "_circular_buffer",
+            "_train_stats",
+        ]
 
     # ------------------------------------------------------------------ learning
 
@@ -335,58 +179,39 @@ class AsyncOnPolicyAlgorithm(OnPolicyAlgorithm):
 
         buffer = CircularBuffer(self.circular_buffer_size, self.max_batch_reuse)
         self._circular_buffer = buffer
-        collector = self._make_collector()
-        self._collector = collector
         self._on_learn_start()
-        self.trained_steps = 0
-        failed = False
         try:
-            # Started before the callbacks (a progress bar's thread, say), so that a forked collector
-            # process copies no thread that holds a lock.
-            collector.start()
-            callback.on_training_start(locals(), globals())
-            while True:
-                if buffer.needs_batch():
-                    # Stop where new data would be needed: every batch in the buffer has had its scheduled uses.
-                    if self.num_timesteps >= total_timesteps:
-                        break
-                    segment = collector.get_segment()
-                    if not self._replay_callbacks(segment, callback):
-                        break
-                    iteration += 1
-                    self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
-                    if log_interval is not None and iteration % log_interval == 0:
-                        self.dump_logs(iteration)
-                    batch = TrainingBatch.from_segment(segment, self.device)
-                    self._on_first_use(batch)
-                    buffer.put(batch)
-                    self.trained_steps += batch.size
-                    self.policy.set_training_mode(True)  # callbacks (evaluation) may have switched it off
-                    # Asynchrony: learner updates between the weights that collected the batch and now.
-                    self._record_train_stats({"policy_lag": float(self._n_updates - batch.policy_version)})
-                batch = buffer.next_batch()
-                self._update_learning_rate(self.policy.optimizer)
-                stats = self._train_step(batch)
-                self._n_updates += 1
-                self._record_train_stats(stats)
-                self._after_update()
-                if self._n_updates % self.broadcast_interval == 0:
-                    collector.broadcast(self.policy.state_dict(), self._n_updates)
-        except CollectorError:
-            failed = True
-            raise
+            with self._collecting(self.n_steps) as collector:
+                callback.on_training_start(locals(), globals())
+                while True:
+                    if buffer.needs_batch():
+                        # Stop where new data would be needed: every batch in the buffer has had its scheduled uses.
+                        if self.num_timesteps >= total_timesteps:
+                            break
+                        segment = collector.get_segment()
+                        if not self._replay_callbacks(segment, callback):
+                            break
+                        iteration += 1
+                        self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
+                        if log_interval is not None and iteration % log_interval == 0:
+                            self.dump_logs(iteration)
+                        batch = TrainingBatch.from_segment(segment, self.device)
+                        self._on_first_use(batch)
+                        buffer.put(batch)
+                        self.trained_steps += batch.size
+                        self.policy.set_training_mode(True)  # callbacks (evaluation) may have switched it off
+                        # Asynchrony: learner updates between the weights that collected the batch and now.
+                        self._record_train_stats({"policy_lag": float(self._n_updates - batch.policy_version)})
+                    batch = buffer.next_batch()
+                    self._update_learning_rate(self.policy.optimizer)
+                    stats = self._train_step(batch)
+                    self._n_updates += 1
+                    self._record_train_stats(stats)
+                    self._after_update()
+                    if self._n_updates % self.broadcast_interval == 0:
+                        collector.broadcast(self.policy.state_dict(), self._n_updates)
         finally:
-            collector.close()
-            self._collector = None
             self._circular_buffer = None
-            self._last_obs = collector.last_observation
-            self.sampled_steps = collector.sampled_steps
-            self.dropped_steps = self.sampled_steps - self.trained_steps
-            self._broadcast_seconds = collector.broadcast_seconds
-            self.collector_stats = collector.stats()
-            if failed:
-                close_env_after_failure(self.env)
-                self._last_obs = None
         self._log_collection_counters()
         self.logger.dump(step=self.num_timesteps)
         callback.on_training_end()
@@ -469,21 +294,6 @@ class AsyncOnPolicyAlgorithm(OnPolicyAlgorithm):
     def _record_train_stats(self, stats: dict[str, float]) -> None:
         for key, value in stats.items():
             self._train_stats[key].append(value)
-
-    def _log_collection_counters(self) -> None:
-        """Sampled = trained + in flight while learning; sampled = trained + dropped once learn() has returned."""
-        if self._collector is not None:
-            sampled = self._collector.sampled_steps
-            self.logger.record("collector/in_flight_steps", sampled - self.trained_steps)
-            collector_stats = self._collector.stats()
-        else:
-            sampled = self.sampled_steps
-            self.logger.record("collector/dropped_steps", self.dropped_steps)
-            collector_stats = getattr(self, "collector_stats", {})
-        for key, value in collector_stats.items():
-            self.logger.record(f"collector/{key}", value)
-        self.logger.record("collector/sampled_steps", sampled)
-        self.logger.record("collector/trained_steps", self.trained_steps)
 
     def dump_logs(self, iteration: int = 0) -> None:
         for key, values in self._train_stats.items():

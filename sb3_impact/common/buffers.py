@@ -5,32 +5,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch as th
 from stable_baselines3.common.type_aliases import TensorDict
-from stable_baselines3.common.utils import obs_as_tensor
 
-from sb3_impact.common.segments import Observation, Segment
-
-
-def _merge_time_and_envs(tensor: th.Tensor) -> th.Tensor:
-    return tensor.reshape(tensor.shape[0] * tensor.shape[1], *tensor.shape[2:])
-
-
-def observations_to_tensor(observations: Observation, device: th.device, merge_time: bool) -> th.Tensor | TensorDict:
-    """Numpy observations (arrays or dicts) to tensors, with ``[T, B, ...]`` merged into ``[T * B, ...]`` if asked."""
-    tensor = obs_as_tensor(observations, device)
-    if not merge_time:
-        return tensor
-    if isinstance(tensor, dict):
-        return {key: _merge_time_and_envs(value) for key, value in tensor.items()}
-    return _merge_time_and_envs(tensor)
-
-
-def concat_observations(first: Observation, second: Observation | None) -> Observation:
-    """Concatenate two batches of observations along the batch axis (``second`` may be absent)."""
-    if second is None:
-        return first
-    if isinstance(first, dict):
-        return {key: np.concatenate([first[key], second[key]]) for key in first}
-    return np.concatenate([first, second])
+from sb3_impact.common.observations import concatenate_observations, merge_time_and_envs, observations_to_tensor
+from sb3_impact.common.segments import Segment
 
 
 @dataclass
@@ -72,15 +49,17 @@ class TrainingBatch:
         def to_tensor(array: np.ndarray) -> th.Tensor:
             return th.as_tensor(array, device=device)
 
-        bootstrap = concat_observations(segment.next_observations, segment.final_observations)
+        bootstrap = segment.next_observations
+        if segment.final_observations is not None:
+            bootstrap = concatenate_observations([bootstrap, segment.final_observations])
         return cls(
             observations=observations_to_tensor(segment.observations, device, merge_time=True),
-            actions=_merge_time_and_envs(to_tensor(segment.actions)),
+            actions=merge_time_and_envs(to_tensor(segment.actions)),
             rewards=to_tensor(segment.rewards),
             terminations=to_tensor(segment.terminations),
             truncations=to_tensor(segment.truncations),
             behaviour_log_probs=to_tensor(segment.behaviour_log_probs),
-            behaviour_params=_merge_time_and_envs(to_tensor(segment.behaviour_params)),
+            behaviour_params=merge_time_and_envs(to_tensor(segment.behaviour_params)),
             bootstrap_observations=observations_to_tensor(bootstrap, device, merge_time=False),
             final_observation_indices=to_tensor(segment.final_observation_indices),
             policy_version=segment.policy_version,

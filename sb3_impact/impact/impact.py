@@ -11,10 +11,11 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedul
 from stable_baselines3.common.utils import FloatSchedule
 from torch.nn import functional as F
 
-from sb3_impact.common.async_algorithm import MAX_LOG_RATIO, AsyncOnPolicyAlgorithm, evaluate_policy_and_values
+from sb3_impact.common.async_algorithm import AsyncOnPolicyAlgorithm
 from sb3_impact.common.buffers import TrainingBatch
 from sb3_impact.common.distributions import behaviour_params, kl_from_params
-from sb3_impact.common.segments import index_observation
+from sb3_impact.common.observations import index_observation
+from sb3_impact.common.policy_evaluation import MAX_LOG_RATIO, evaluate_policy_and_values
 from sb3_impact.impact.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
 SelfIMPACT = TypeVar("SelfIMPACT", bound="IMPACT")

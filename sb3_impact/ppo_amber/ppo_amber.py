@@ -14,9 +14,9 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedul
 from stable_baselines3.common.utils import FloatSchedule, LinearSchedule, explained_variance, obs_as_tensor
 from torch.nn import functional as F
 
-from sb3_impact.common.async_algorithm import MAX_LOG_RATIO
-from sb3_impact.common.batch_memory import BatchReplayMemory, StoredBatch
 from sb3_impact.common.distributions import behaviour_params, distribution_from_params, kl_from_params
+from sb3_impact.common.policy_evaluation import MAX_LOG_RATIO
+from sb3_impact.ppo_amber.memory import BatchReplayMemory, StoredBatch
 from sb3_impact.ppo_amber.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
 SelfPPOAMBER = TypeVar("SelfPPOAMBER", bound="PPOAMBER")

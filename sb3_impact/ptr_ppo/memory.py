@@ -4,8 +4,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sb3_impact.common.segments import Observation, index_observation
-from sb3_impact.common.sum_tree import SumTree
+from sb3_impact.common.observations import Observation, index_observation
+from sb3_impact.ptr_ppo.sum_tree import SumTree
 
 # Added to every priority, as PER's proportional variant does (paper section 2.2): a segment whose
 # |GAE| or normalised return is 0 keeps a small chance of being replayed.

@@ -13,10 +13,9 @@ from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule, TensorDict
 from stable_baselines3.common.vec_env import VecEnv
 
-from sb3_impact.common.async_algorithm import MAX_LOG_RATIO, evaluate_policy_and_values
-from sb3_impact.common.buffers import observations_to_tensor
 from sb3_impact.common.distributions import behaviour_params, check_action_space, kl_from_params
-from sb3_impact.common.segments import Observation, stack_observations
+from sb3_impact.common.observations import Observation, observations_to_tensor, stack_observations
+from sb3_impact.common.policy_evaluation import MAX_LOG_RATIO, evaluate_policy_and_values
 from sb3_impact.common.vtrace import fold_truncation_bootstrap, vtrace
 from sb3_impact.ptr_ppo.memory import TrajectoryMemory, TrajectorySegments
 from sb3_impact.ptr_ppo.policies import CnnPolicy, MlpPolicy, MultiInputPolicy

@@ -17,8 +17,10 @@ from stable_baselines3.common.save_util import load_from_pkl
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 from stable_baselines3.common.utils import obs_as_tensor, update_learning_rate
 
-from sb3_impact.common.episode_memory import EpisodeReplayMemory, Observation
-from sb3_impact.common.refer import (
+from sb3_impact.common.observations import Observation, stack_observations
+from sb3_impact.vracer.memory import EpisodeReplayMemory
+from sb3_impact.vracer.policies import CnnPolicy, MlpPolicy, MultiInputPolicy, VRACERPolicy
+from sb3_impact.vracer.refer import (
     annealed_c_max,
     annealed_lr_factor,
     diag_gaussian_kl,
@@ -26,7 +28,6 @@ from sb3_impact.common.refer import (
     is_near_policy,
     update_beta,
 )
-from sb3_impact.vracer.policies import CnnPolicy, MlpPolicy, MultiInputPolicy, VRACERPolicy
 
 SelfVRACER = TypeVar("SelfVRACER", bound="VRACER")
 
@@ -47,12 +48,6 @@ def check_refer_rules(refer_rules: Any) -> tuple[int, ...]:
     if any(isinstance(rule, bool) or rule not in (1, 2) for rule in rules) or len(set(rules)) != len(rules):
         raise ValueError(message)
     return tuple(sorted(int(rule) for rule in rules))
-
-
-def stack_observations(observations: list[Observation]) -> Observation:
-    if isinstance(observations[0], dict):
-        return {key: np.stack([obs[key] for obs in observations]) for key in observations[0]}
-    return np.stack(observations)
 
 
 def refer_vracer_loss(

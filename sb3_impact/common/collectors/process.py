@@ -24,8 +24,9 @@ import numpy as np
 import torch as th
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
-from sb3_impact.common.collector import Collector, CollectorError
-from sb3_impact.common.segments import CollectionInterrupted, Segment, SegmentSampler
+from sb3_impact.common.collectors.base import Collector, CollectorError
+from sb3_impact.common.collectors.sampler import CollectionInterrupted, SegmentSampler
+from sb3_impact.common.segments import Segment
 
 
 def _vec_normalize(env: VecEnv) -> VecNormalize | None:
@@ -91,7 +92,7 @@ class ProcessCollector(Collector):
     """
     Collects in a forked child process (Linux and other platforms with ``fork``).
 
-    Same contract as :class:`~sb3_impact.common.collector.ThreadCollector`: at most ``queue_size``
+    Same contract as :class:`~sb3_impact.common.collectors.base.ThreadCollector`: at most ``queue_size``
     segments ahead of the learner, counting the one being collected; every segment carries the policy
     version it was collected with; a failure in the child (or the child dying) raises
     :class:`CollectorError` in :meth:`get_segment`. The child uses one PyTorch thread; while it runs, the

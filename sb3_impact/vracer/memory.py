@@ -8,7 +8,7 @@ step); until then its steps wait in a per-environment staging list. When an epis
 the oldest whole episodes are evicted first (FIFO by episode). Sampling is uniform over the stored
 steps. Each step keeps the behaviour ``mu_t`` (mean and log std, the layout of
 :mod:`sb3_impact.common.distributions`), the last computed ``V(s_t)`` and ``log rho_t``, and
-``Q_ret[t]`` (:mod:`sb3_impact.common.retrace`).
+``Q_ret[t]`` (:mod:`sb3_impact.vracer.retrace`).
 
 Retrace bookkeeping (the project's decision, documented in docs/algorithms/vracer.md):
 
@@ -29,10 +29,9 @@ import numpy as np
 from gymnasium import spaces
 
 from sb3_impact.common.distributions import behaviour_params_dim
-from sb3_impact.common.refer import far_fraction
-from sb3_impact.common.retrace import retrace_q_ret, rho_bar_from_log
-
-Observation = np.ndarray | dict[str, np.ndarray]
+from sb3_impact.common.observations import Observation
+from sb3_impact.vracer.refer import far_fraction
+from sb3_impact.vracer.retrace import retrace_q_ret, rho_bar_from_log
 
 
 @dataclass

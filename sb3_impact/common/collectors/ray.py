@@ -33,8 +33,9 @@ import torch as th
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.policies import BasePolicy
 
-from sb3_impact.common.collector import Collector, CollectorError
-from sb3_impact.common.segments import CollectionInterrupted, Segment, SegmentSampler
+from sb3_impact.common.collectors.base import Collector, CollectorError
+from sb3_impact.common.collectors.sampler import CollectionInterrupted, SegmentSampler
+from sb3_impact.common.segments import Segment
 
 RAY_INSTALL_HINT = 'collector="ray" needs Ray, an optional dependency: pip install "sb3-impact[ray]"'
 

@@ -1,0 +1,121 @@
+"""The sampler: steps a VecEnv with a CPU copy of the policy and cuts the stream into segments."""
+
+import threading
+import time
+
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.vec_env import VecEnv
+
+from sb3_impact.common.distributions import behaviour_params
+from sb3_impact.common.observations import Observation, check_finite_step, stack_observations
+from sb3_impact.common.segments import Segment
+
+
+class CollectionInterrupted(Exception):
+    """Raised inside a sampler when its owner asked it to stop in the middle of a segment."""
+
+
+class SegmentSampler:
+    """
+    Steps a VecEnv with a (CPU) policy and cuts the stream into :class:`Segment` objects.
+
+    It keeps the last observation between segments, so consecutive segments are contiguous, and stores
+    the behaviour log-probability and distribution parameters of every action. An SB3
+    ``ActorCriticPolicy`` is sampled through its distribution, and Box actions are clipped to the
+    action space before the env sees them; a policy with its own ``sample_behaviour(obs_tensor)``
+    (``actions, log_probs, params``) and ``env_actions(actions)`` (V-RACER's) is sampled through those.
+    A NaN or infinite observation or reward raises ``ValueError`` naming the environment index.
+    """
+
+    def __init__(self, env: VecEnv, policy: BasePolicy, n_steps: int, last_observation: Observation) -> None:
+        self.env = env
+        self.policy = policy
+        self.n_steps = n_steps
+        self.last_observation = last_observation
+        self.policy_version = 0
+        self.sampled_steps = 0
+        self._clip_low: np.ndarray | None = None
+        self._clip_high: np.ndarray | None = None
+        if isinstance(env.action_space, spaces.Box):
+            self._clip_low, self._clip_high = env.action_space.low, env.action_space.high
+
+    def load_weights(self, state_dict: dict[str, th.Tensor], version: int) -> None:
+        """Replace the sampling policy's weights by a learner broadcast."""
+        self.policy.load_state_dict(state_dict)
+        self.policy_version = version
+
+    @th.no_grad()
+    def _act(self, observation: Observation) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        obs_tensor, _ = self.policy.obs_to_tensor(observation)
+        if hasattr(self.policy, "sample_behaviour"):
+            actions, log_probs, params = self.policy.sample_behaviour(obs_tensor)
+        else:
+            distribution = self.policy.get_distribution(obs_tensor)
+            actions = distribution.get_actions(deterministic=False)
+            log_probs = distribution.log_prob(actions)
+            params = behaviour_params(distribution)
+        return actions.cpu().numpy(), log_probs.cpu().numpy(), params.cpu().numpy()
+
+    def _env_actions(self, actions: np.ndarray) -> np.ndarray:
+        """What the env is stepped with: the stored action is the sampled one (its log-prob is the behaviour's)."""
+        if hasattr(self.policy, "env_actions"):
+            return self.policy.env_actions(actions)
+        if self._clip_low is not None:
+            return np.clip(actions, self._clip_low, self._clip_high)
+        return actions
+
+    def collect(self, stop_event: threading.Event | None = None) -> Segment:
+        """Collect one segment of ``n_steps`` vector steps; raises :class:`CollectionInterrupted` on ``stop_event``."""
+        start = time.perf_counter()
+        observations, actions, rewards, terminations, truncations = [], [], [], [], []
+        log_probs, params, infos = [], [], []
+        final_observations, final_indices = [], []
+        self.policy.set_training_mode(False)
+        for step in range(self.n_steps):
+            if stop_event is not None and stop_event.is_set():
+                raise CollectionInterrupted
+            step_actions, step_log_probs, step_params = self._act(self.last_observation)
+            new_observation, step_rewards, dones, step_infos = self.env.step(self._env_actions(step_actions))
+            self.sampled_steps += self.env.num_envs
+            check_finite_step(new_observation, step_rewards, "collection")
+
+            step_truncations = np.array(
+                [bool(done and info.get("TimeLimit.truncated", False)) for done, info in zip(dones, step_infos, strict=True)]
+            )
+            for env_index in np.flatnonzero(step_truncations):
+                terminal = step_infos[env_index].get("terminal_observation")
+                if terminal is None:
+                    # Without the final observation there is nothing to bootstrap from: treat as terminal.
+                    step_truncations[env_index] = False
+                    continue
+                final_observations.append(terminal)
+                final_indices.append((step, env_index))
+
+            observations.append(self.last_observation)
+            actions.append(step_actions)
+            rewards.append(np.asarray(step_rewards, dtype=np.float32))
+            terminations.append(np.asarray(dones, dtype=bool) & ~step_truncations)
+            truncations.append(step_truncations)
+            log_probs.append(step_log_probs.astype(np.float32))
+            params.append(step_params.astype(np.float32))
+            infos.append(step_infos)
+            self.last_observation = new_observation
+
+        return Segment(
+            observations=stack_observations(observations),
+            actions=np.stack(actions),
+            rewards=np.stack(rewards),
+            terminations=np.stack(terminations),
+            truncations=np.stack(truncations),
+            behaviour_log_probs=np.stack(log_probs),
+            behaviour_params=np.stack(params),
+            next_observations=self.last_observation,
+            final_observations=stack_observations(final_observations) if final_observations else None,
+            final_observation_indices=np.asarray(final_indices, dtype=np.int64).reshape(-1, 2),
+            infos=infos,
+            policy_version=self.policy_version,
+            collect_seconds=time.perf_counter() - start,
+        )

@@ -1,0 +1,64 @@
+"""Evaluating an actor-critic policy on stored data: one feature pass for both heads, in bounded chunks."""
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import numpy as np
+import torch as th
+from stable_baselines3.common.distributions import Distribution
+from stable_baselines3.common.policies import ActorCriticPolicy
+from stable_baselines3.common.type_aliases import TensorDict
+from stable_baselines3.common.utils import obs_as_tensor
+
+from sb3_impact.common.observations import observation_chunks
+
+# exp() of a log-ratio beyond this is clamped: the PPO clip already zeroes the gradient of such samples
+# on the clipped side, and the clamp keeps the unclipped side and the logged ratios finite.
+MAX_LOG_RATIO = 20.0
+
+# Samples per forward pass when a whole stored batch is evaluated without gradient (bounds memory).
+EVALUATION_CHUNK = 4096
+
+ChunkResult = TypeVar("ChunkResult")
+
+
+def clamped_ratio(log_ratio: th.Tensor) -> th.Tensor:
+    """``exp(log_ratio)`` with the log-ratio clamped to ``[-MAX_LOG_RATIO, MAX_LOG_RATIO]`` (finite for any input)."""
+    return th.exp(th.clamp(log_ratio, -MAX_LOG_RATIO, MAX_LOG_RATIO))
+
+
+def evaluate_policy_and_values(
+    policy: ActorCriticPolicy, observations: th.Tensor | TensorDict
+) -> tuple[Distribution, th.Tensor]:
+    """Action distribution and values ``[N]`` of ``policy``, sharing one feature pass (as ``evaluate_actions``)."""
+    features = policy.extract_features(observations)
+    if policy.share_features_extractor:
+        latent_pi, latent_vf = policy.mlp_extractor(features)
+    else:
+        pi_features, vf_features = features
+        latent_pi = policy.mlp_extractor.forward_actor(pi_features)
+        latent_vf = policy.mlp_extractor.forward_critic(vf_features)
+    return policy._get_action_dist_from_latent(latent_pi), policy.value_net(latent_vf).flatten()
+
+
+@th.no_grad()
+def evaluate_in_chunks(
+    policy: ActorCriticPolicy,
+    observations: Any,
+    size: int,
+    evaluate: Callable[[slice, Distribution, th.Tensor], ChunkResult],
+    chunk_size: int = EVALUATION_CHUNK,
+) -> list[ChunkResult]:
+    """
+    ``evaluate(chunk, distribution, values)`` over the first ``size`` flat observations, ``chunk_size`` at a
+    time, without gradient. ``observations`` are tensors on the policy's device or numpy arrays (moved
+    there one chunk at a time), either possibly dicts.
+    """
+    results = []
+    for chunk, chunk_observations in observation_chunks(observations, size, chunk_size):
+        first = next(iter(chunk_observations.values())) if isinstance(chunk_observations, dict) else chunk_observations
+        if isinstance(first, np.ndarray):
+            chunk_observations = obs_as_tensor(chunk_observations, policy.device)
+        distribution, values = evaluate_policy_and_values(policy, chunk_observations)
+        results.append(evaluate(chunk, distribution, values))
+    return results
