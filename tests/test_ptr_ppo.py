@@ -10,12 +10,14 @@ from gymnasium import spaces
 from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.envs import IdentityEnv, IdentityEnvBox, IdentityEnvMultiBinary, IdentityEnvMultiDiscrete
+from stable_baselines3.common.logger import KVWriter, Logger
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from sb3_impact import PTRPPO
 from sb3_impact.common.distributions import distribution_from_params
+from sb3_impact.common.segments import Segment
 from sb3_impact.common.vtrace import fold_truncation_bootstrap
-from sb3_impact.ptr_ppo.memory import PRIORITY_EPS, RunningReturnStatistics, TrajectoryMemory, TrajectorySegments
+from sb3_impact.ptr_ppo.memory import PRIORITY_EPS, RunningReturnStatistics, TrajectoryMemory
 from sb3_impact.ptr_ppo.ptr_ppo import (
     done_cut_log_rho,
     gae_with_episode_ends,
@@ -120,7 +122,7 @@ def test_max_and_mean_priorities_by_hand():
 def test_reward_priority_by_hand_with_statistics_updated_on_insertion_only():
     memory = TrajectoryMemory(capacity=4, priority_alpha=1.0)
     first = make_segments(n_segments=2, n_steps=3, seed=0)
-    first.rewards[:] = np.array([[1.0, 1.0, 1.0], [0.0, 0.0, 1.0]])  # returns 3 and 1
+    first.rewards[:] = np.array([[1.0, 1.0, 1.0], [0.0, 0.0, 1.0]]).T  # returns 3 and 1 (time-major)
     slots = memory.add(first)
     # eq. 14 after inserting 3 and 1: mean 2, std sqrt(((3-2)^2 + (1-2)^2) / 2) = 1
     assert memory.return_statistics.mean == 2.0 and memory.return_statistics.std == 1.0
@@ -165,21 +167,25 @@ def test_memory_priorities_get_exponent_and_floor():
 # ------------------------------------------------------------------------------------------ memory
 
 
-def make_segments(n_segments: int, n_steps: int, seed: int, obs_dim: int = 3) -> TrajectorySegments:
+def make_segments(n_segments: int, n_steps: int, seed: int, obs_dim: int = 3) -> Segment:
+    """A random time-major segment of ``n_segments`` environments, with terminations and truncations."""
     rng = np.random.default_rng(seed)
-    truncations = rng.random((n_segments, n_steps)) < 0.2
-    terminations = (rng.random((n_segments, n_steps)) < 0.2) & ~truncations
-    finals = [{int(t): rng.normal(size=obs_dim).astype(np.float32) for t in np.flatnonzero(row)} for row in truncations]
-    return TrajectorySegments(
-        observations=rng.normal(size=(n_segments, n_steps, obs_dim)).astype(np.float32),
-        actions=rng.integers(0, 2, size=(n_segments, n_steps, 1)),
-        rewards=rng.normal(size=(n_segments, n_steps)).astype(np.float32),
+    truncations = rng.random((n_steps, n_segments)) < 0.2
+    terminations = (rng.random((n_steps, n_segments)) < 0.2) & ~truncations
+    indices = np.argwhere(truncations)
+    return Segment(
+        observations=rng.normal(size=(n_steps, n_segments, obs_dim)).astype(np.float32),
+        actions=rng.integers(0, 2, size=(n_steps, n_segments, 1)),
+        rewards=rng.normal(size=(n_steps, n_segments)).astype(np.float32),
         terminations=terminations,
         truncations=truncations,
-        behaviour_log_probs=rng.normal(size=(n_segments, n_steps)).astype(np.float32),
-        behaviour_params=rng.normal(size=(n_segments, n_steps, 2)).astype(np.float32),
+        behaviour_log_probs=rng.normal(size=(n_steps, n_segments)).astype(np.float32),
+        behaviour_params=rng.normal(size=(n_steps, n_segments, 2)).astype(np.float32),
         next_observations=rng.normal(size=(n_segments, obs_dim)).astype(np.float32),
-        final_observations=finals,
+        final_observations=rng.normal(size=(len(indices), obs_dim)).astype(np.float32) if len(indices) else None,
+        final_observation_indices=indices.reshape(-1, 2),
+        infos=[[{} for _ in range(n_segments)] for _ in range(n_steps)],
+        policy_version=seed,
     )
 
 
@@ -190,16 +196,23 @@ def test_memory_is_fifo_and_returns_what_was_stored():
     np.testing.assert_array_equal(memory.add(second), [3, 0, 1])
     assert len(memory) == 4 and memory.inserted == 6 and memory.overwritten == 2
     np.testing.assert_array_equal(memory.filled_slots(), [2, 3, 0, 1])  # oldest first
-    stored = memory.get(np.array([2, 0]))
-    np.testing.assert_array_equal(stored.observations[0], first.observations[2])
-    np.testing.assert_array_equal(stored.observations[1], second.observations[1])
-    np.testing.assert_array_equal(stored.rewards[1], second.rewards[1])
+    stored = memory.get(np.array([2, 0]))  # environment 2 of the first segment, environment 1 of the second
+    np.testing.assert_array_equal(stored.observations[:, 0], first.observations[:, 2])
+    np.testing.assert_array_equal(stored.observations[:, 1], second.observations[:, 1])
+    np.testing.assert_array_equal(stored.rewards[:, 1], second.rewards[:, 1])
+    np.testing.assert_array_equal(stored.truncations[:, 1], second.truncations[:, 1])
     np.testing.assert_array_equal(stored.next_observations[0], first.next_observations[2])
-    assert stored.final_observations[1].keys() == second.final_observations[1].keys()
-    np.testing.assert_array_equal(memory.returns[0], second.rewards[1].astype(np.float64).sum())
-    many = make_segments(6, 5, seed=2)  # more segments than slots: only the last 4 survive
+    assert stored.policy_version == 0
+    # final observations follow their (step, environment) to the slot's column
+    for (step, column), final in zip(stored.final_observation_indices, list(stored.final_observations), strict=True):
+        source, env = (first, 2) if column == 0 else (second, 1)
+        index = [tuple(position) for position in source.final_observation_indices].index((step, env))
+        np.testing.assert_array_equal(final, source.final_observations[index])
+    assert len(stored.final_observation_indices) == stored.truncations.sum()
+    np.testing.assert_array_equal(memory.returns[0], second.rewards[:, 1].astype(np.float64).sum())
+    many = make_segments(6, 5, seed=2)  # more environments than slots: only the last 4 survive
     memory.add(many)
-    np.testing.assert_array_equal(memory.get(memory.filled_slots()).observations, many.observations[2:])
+    np.testing.assert_array_equal(memory.get(memory.filled_slots()).observations, many.observations[:, 2:])
     assert memory.overwritten == 2 + 6
 
 
@@ -329,8 +342,10 @@ def test_no_replay_rounds_is_sb3_ppo(env_id):
     ptr.learn(64)
     assert ptr._n_updates == ppo._n_updates == 3
     assert len(ptr.replay_memory) == 2  # the rollout was still stored
+    # Same samples, minibatches and steps; the values are evaluated in one batched pass after collection rather
+    # than one step at a time, which changes float32 rounding, hence the tolerance.
     for (name, expected), actual in zip(ppo.policy.state_dict().items(), ptr.policy.state_dict().values(), strict=True):
-        th.testing.assert_close(actual, expected, rtol=0, atol=0, msg=name)
+        th.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5, msg=name)
     # and with replay rounds the parameters move away from PPO's
     ptr = PTRPPO("MlpPolicy", make_vec_env(env_id, n_envs=2, seed=1, env_kwargs=env_kwargs), replay_rounds=1, **shared)
     ptr.learn(64)
@@ -343,11 +358,10 @@ def test_stored_segments_hold_raw_rewards_truncations_and_behaviour_policy():
     model = PTRPPO("MlpPolicy", env, replay_rounds=0, **SMALL).learn(32)
     memory = model.replay_memory
     stored = memory.get(memory.filled_slots())
-    # CartPole pays 1 per step; SB3 folded gamma * V(final obs) into truncated steps, the memory undid it
-    np.testing.assert_allclose(stored.rewards, 1.0, atol=1e-5)
+    # CartPole pays 1 per step: the sampler recorded the environment's rewards, with no bootstrap folded in
+    np.testing.assert_array_equal(stored.rewards, 1.0)
     assert stored.truncations.sum() >= 2 and not (stored.truncations & stored.terminations).any()
-    for b, finals in enumerate(stored.final_observations):
-        assert sorted(finals) == np.flatnonzero(stored.truncations[b]).tolist()
+    np.testing.assert_array_equal(np.argwhere(stored.truncations), stored.final_observation_indices)
     # the behaviour distribution rebuilt from the stored parameters gives the stored log-probabilities
     params = th.as_tensor(stored.behaviour_params.reshape(-1, 2))
     log_probs = distribution_from_params(model.action_space, params).log_prob(th.as_tensor(stored.actions.reshape(-1)))
@@ -403,7 +417,7 @@ def test_save_load_round_trip_without_the_memory(tmp_path):
     model.save(tmp_path / "model.zip")
     with zipfile.ZipFile(tmp_path / "model.zip") as archive:
         data = archive.read("data").decode()
-    assert "_memory" not in data and "_pending_rollout" not in data
+    assert "_memory" not in data and "_last_segment" not in data
     loaded = PTRPPO.load(tmp_path / "model.zip", env=make_vec_env("CartPole-v1", n_envs=2, seed=0), device="cpu")
     for name, tensor in model.policy.state_dict().items():
         th.testing.assert_close(loaded.policy.state_dict()[name], tensor)
@@ -413,9 +427,21 @@ def test_save_load_round_trip_without_the_memory(tmp_path):
     assert len(loaded.replay_memory) == 4 and loaded.num_timesteps == 128
 
 
+class CaptureWriter(KVWriter):
+    def __init__(self) -> None:
+        self.records: list[dict] = []
+
+    def write(self, key_values, key_excluded, step=0) -> None:
+        self.records.append(dict(key_values))
+
+
 def test_logs_the_ptr_ppo_and_ppo_keys():
-    model = PTRPPO("MlpPolicy", make_vec_env("CartPole-v1", n_envs=2, seed=0), replay_rounds=1, **SMALL).learn(32)
-    logged = model.logger.name_to_value
+    model = PTRPPO("MlpPolicy", make_vec_env("CartPole-v1", n_envs=2, seed=0), replay_rounds=1, **SMALL)
+    writer = CaptureWriter()
+    model.set_logger(Logger(folder=None, output_formats=[writer]))
+    model.learn(32)
+    logged = writer.records[-1]  # written when learn() ends
+    assert logged["collector/sampled_steps"] == logged["collector/trained_steps"] == 32
     for key in ["priority_mean", "priority_max", "rho_marg_mean", "replay_loss", "policy_gradient_loss", "approx_kl"]:
         assert f"train/{key}" in logged and np.isfinite(logged[f"train/{key}"]), key
 

@@ -238,16 +238,6 @@ class AsyncOnPolicyAlgorithm(CollectorMixin, OnPolicyAlgorithm):
     def train(self) -> None:
         raise RuntimeError(f"{type(self).__name__} trains inside learn(), one batch at a time")
 
-    @th.no_grad()
-    def _bootstrap_values(self, batch: TrainingBatch, policy: ActorCriticPolicy) -> tuple[th.Tensor, th.Tensor]:
-        """``V(next observation)`` ``[B]`` and ``V(final observation)`` ``[T, B]`` (zero where not truncated)."""
-        values = policy.predict_values(batch.bootstrap_observations).flatten()
-        final_values = th.zeros_like(batch.rewards)
-        indices = batch.final_observation_indices
-        if len(indices) > 0:
-            final_values[indices[:, 0], indices[:, 1]] = values[batch.n_envs :]
-        return values[: batch.n_envs], final_values
-
     def _vtrace_targets(
         self, batch: TrainingBatch, values: th.Tensor, target_log_probs: th.Tensor, policy: ActorCriticPolicy
     ) -> tuple[th.Tensor, th.Tensor]:
@@ -255,7 +245,7 @@ class AsyncOnPolicyAlgorithm(CollectorMixin, OnPolicyAlgorithm):
         V-trace ``(vs, pg_advantages)`` ``[T, B]`` of ``batch``, with ``target_log_probs`` in the role of pi and
         ``values`` (``[T * B]``) plus ``policy``'s values of the bootstrap observations as V.
         """
-        bootstrap_values, final_values = self._bootstrap_values(batch, policy)
+        bootstrap_values, final_values = batch.bootstrap_values(policy)
         rewards, discounts = fold_truncation_bootstrap(
             batch.rewards, batch.terminations, batch.truncations, final_values, self.gamma
         )

@@ -1,12 +1,20 @@
-"""Learner-side storage: segments as tensors, and IMPACT's circular buffer."""
+"""Learner-side storage: segments as tensors, IMPACT's circular buffer, and the behaviour-recording rollout buffer."""
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch as th
+from stable_baselines3.common.buffers import DictRolloutBuffer, RolloutBuffer
+from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import TensorDict
 
-from sb3_impact.common.observations import concatenate_observations, merge_time_and_envs, observations_to_tensor
+from sb3_impact.common.observations import (
+    Observation,
+    concatenate_observations,
+    merge_time_and_envs,
+    observations_to_tensor,
+)
 from sb3_impact.common.segments import Segment
 
 
@@ -67,6 +75,16 @@ class TrainingBatch:
             n_envs=segment.n_envs,
         )
 
+    @th.no_grad()
+    def bootstrap_values(self, policy: BasePolicy) -> tuple[th.Tensor, th.Tensor]:
+        """``V(next observation)`` ``[B]`` and ``V(final observation)`` ``[T, B]`` (zero where not truncated)."""
+        values = policy.predict_values(self.bootstrap_observations).flatten()  # type: ignore[attr-defined]
+        final_values = th.zeros_like(self.rewards)
+        indices = self.final_observation_indices
+        if len(indices) > 0:
+            final_values[indices[:, 0], indices[:, 1]] = values[self.n_envs :]
+        return values[: self.n_envs], final_values
+
 
 class CircularBuffer:
     """
@@ -123,3 +141,83 @@ class CircularBuffer:
 
     def __len__(self) -> int:
         return sum(slot is not None for slot in self._slots)
+
+
+class BehaviourRecordingMixin:
+    """
+    A rollout buffer (SB3's, mixed in before it) filled from a :class:`Segment`, recording what a replaying
+    algorithm needs beside SB3's fields: the behaviour distribution's parameters, the environment's rewards
+    (no time-limit bootstrap folded in), truncations and the final observations of truncated episodes with
+    their values. :meth:`compute_returns_and_advantage` folds ``gamma * V(final observation)`` into the
+    reward of each time-limit end, as SB3's ``collect_rollouts`` does before adding a step, so GAE and the
+    value targets are SB3 PPO's.
+    """
+
+    buffer_size: int
+    n_envs: int
+    gamma: float
+    obs_shape: Any
+    action_dim: int
+
+    def reset(self) -> None:
+        super().reset()  # type: ignore[misc]
+        self.behaviour_params = np.zeros((self.buffer_size, self.n_envs, 0), dtype=np.float32)
+        self.truncations = np.zeros((self.buffer_size, self.n_envs), dtype=bool)
+        self.final_values = np.zeros((self.buffer_size, self.n_envs), dtype=np.float32)
+        self.segment: Segment | None = None
+
+    def _reshape_observations(self, observations: Observation) -> Observation:
+        if isinstance(observations, dict):
+            return {
+                key: np.asarray(value).reshape(self.buffer_size, self.n_envs, *self.obs_shape[key])
+                for key, value in observations.items()
+            }
+        return np.asarray(observations).reshape(self.buffer_size, self.n_envs, *self.obs_shape)
+
+    def add_segment(
+        self, segment: Segment, values: np.ndarray, final_values: np.ndarray, first_episode_starts: np.ndarray
+    ) -> None:
+        """
+        Fill the buffer with ``segment`` (``n_steps`` = ``buffer_size``), ``values`` ``[T, E]`` of its observations
+        and ``final_values`` ``[T, E]`` (V of the final observation where truncated, else 0), both from the
+        policy that will train on it; ``first_episode_starts`` are the dones before the segment's first step.
+        """
+        if segment.n_steps != self.buffer_size or segment.n_envs != self.n_envs:
+            raise ValueError(
+                f"segment of {segment.n_steps} x {segment.n_envs} steps for a buffer of {self.buffer_size} x {self.n_envs}"
+            )
+        self.reset()
+        observations = self._reshape_observations(segment.observations)
+        if isinstance(observations, dict):
+            for key, value in observations.items():
+                self.observations[key][:] = value  # type: ignore[index]
+        else:
+            self.observations[:] = observations  # type: ignore[index]
+        self.actions[:] = segment.actions.reshape(self.buffer_size, self.n_envs, self.action_dim)
+        self.rewards[:] = segment.rewards
+        self.episode_starts[0] = first_episode_starts
+        self.episode_starts[1:] = segment.dones[:-1]
+        self.values[:] = values
+        self.log_probs[:] = segment.behaviour_log_probs
+        self.behaviour_params = segment.behaviour_params.astype(np.float32, copy=False)
+        self.truncations[:] = segment.truncations
+        self.final_values[:] = final_values
+        self.segment = segment
+        self.pos = self.buffer_size
+        self.full = True
+
+    def compute_returns_and_advantage(self, last_values: th.Tensor, dones: np.ndarray) -> None:
+        rewards = self.rewards
+        self.rewards = rewards + np.where(self.truncations, self.gamma * self.final_values, 0.0).astype(np.float32)
+        try:
+            super().compute_returns_and_advantage(last_values, dones)  # type: ignore[misc]
+        finally:
+            self.rewards = rewards
+
+
+class BehaviourRolloutBuffer(BehaviourRecordingMixin, RolloutBuffer):
+    """SB3's ``RolloutBuffer`` with behaviour recording (see :class:`BehaviourRecordingMixin`)."""
+
+
+class DictBehaviourRolloutBuffer(BehaviourRecordingMixin, DictRolloutBuffer):
+    """SB3's ``DictRolloutBuffer`` with behaviour recording (see :class:`BehaviourRecordingMixin`)."""

@@ -103,6 +103,8 @@ class CollectorMixin:
     spaces.
     """
 
+    # Whether the thread collector caps the learner's torch threads (see ThreadCollector); by measurement.
+    thread_collector_limits_threads: bool = False
     env: VecEnv | None
     policy: BasePolicy
     num_timesteps: int
@@ -176,6 +178,7 @@ class CollectorMixin:
         assert self.env is not None and self._last_obs is not None
         sampler = SegmentSampler(self.env, self._make_policy_copy("cpu"), segment_steps, self._last_obs)
         sampler.policy_version = self._n_updates
+        sampler.sde_sample_freq = getattr(self, "sde_sample_freq", -1)
         if not self.async_collection:
             return SyncCollector(sampler)
         if self.collector == "ray":
@@ -189,8 +192,11 @@ class CollectorMixin:
                 envs_per_worker=self.envs_per_worker or 1,
                 address=self.ray_address,
             )
-        collector_class = ThreadCollector if self.collector == "thread" else ProcessCollector
-        return collector_class(sampler, queue_size=self.collector_queue_size)
+        if self.collector == "thread":
+            return ThreadCollector(
+                sampler, queue_size=self.collector_queue_size, limit_learner_threads=self.thread_collector_limits_threads
+            )
+        return ProcessCollector(sampler, queue_size=self.collector_queue_size)
 
     @contextlib.contextmanager
     def _collecting(self, segment_steps: int) -> Iterator[Collector]:

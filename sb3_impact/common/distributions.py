@@ -8,6 +8,7 @@ Layout of the parameter vector, per action space:
 - ``MultiDiscrete([n_1, .., n_k])``: the logits of each sub-space, concatenated;
 - ``MultiBinary(k)``: the ``k`` Bernoulli logits;
 - ``Box`` (shape ``[d]``): the Gaussian mean (``d``) followed by the log standard deviation (``d``).
+  With unsquashed gSDE the behaviour policy of a state is also a diagonal Gaussian, ``N(mean, std(s))``.
 """
 
 import numpy as np
@@ -19,6 +20,7 @@ from stable_baselines3.common.distributions import (
     DiagGaussianDistribution,
     Distribution,
     MultiCategoricalDistribution,
+    StateDependentNoiseDistribution,
     kl_divergence,
 )
 
@@ -56,12 +58,13 @@ def behaviour_params(distribution: Distribution) -> th.Tensor:
         return th.cat([sub.logits for sub in distribution.distribution], dim=1)
     if isinstance(distribution, BernoulliDistribution):
         return distribution.distribution.logits
-    if isinstance(distribution, DiagGaussianDistribution):
+    if isinstance(distribution, DiagGaussianDistribution) or (
+        isinstance(distribution, StateDependentNoiseDistribution) and distribution.bijector is None
+    ):
         normal = distribution.distribution
         return th.cat([normal.mean, th.log(normal.stddev)], dim=1)
     raise ValueError(
-        f"Cannot store behaviour parameters of {type(distribution).__name__}: "
-        "state-dependent exploration (use_sde) and squashed Gaussians are not supported"
+        f"Cannot store behaviour parameters of {type(distribution).__name__}: squashed Gaussians are not supported"
     )
 
 
@@ -81,7 +84,10 @@ def distribution_from_params(action_space: spaces.Space, params: th.Tensor) -> D
 
 def kl_from_params(action_space: spaces.Space, params: th.Tensor, distribution: Distribution) -> th.Tensor:
     """``KL(mu || pi)`` per sample, ``mu`` given by stored parameters and ``pi`` by an SB3 distribution."""
-    kl = kl_divergence(distribution_from_params(action_space, params), distribution)
+    behaviour = distribution_from_params(action_space, params)
+    if isinstance(distribution, StateDependentNoiseDistribution):  # per state, gSDE's pi is a diagonal Gaussian
+        return th.distributions.kl_divergence(behaviour.distribution, distribution.distribution).sum(dim=1)
+    kl = kl_divergence(behaviour, distribution)
     if kl.dim() > 1:  # independent Bernoulli dimensions are not summed by SB3
         kl = kl.sum(dim=1)
     return kl

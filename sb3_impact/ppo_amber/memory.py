@@ -10,8 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch as th
-from stable_baselines3.common.buffers import DictRolloutBuffer, RolloutBuffer
 from stable_baselines3.common.type_aliases import DictRolloutBufferSamples, RolloutBufferSamples
+
+from sb3_impact.common.buffers import BehaviourRolloutBuffer, DictBehaviourRolloutBuffer
 
 ObservationArray = np.ndarray | dict[str, np.ndarray]
 
@@ -53,8 +54,8 @@ class StoredBatch:
         return len(self.actions)
 
     @classmethod
-    def from_rollout_buffer(cls, rollout_buffer: RolloutBuffer | DictRolloutBuffer) -> "StoredBatch":
-        """Copy a full rollout buffer; ``behaviour_params`` is left empty for the caller to fill."""
+    def from_rollout_buffer(cls, rollout_buffer: BehaviourRolloutBuffer | DictBehaviourRolloutBuffer) -> "StoredBatch":
+        """Copy a full behaviour-recording rollout buffer."""
         flatten = rollout_buffer.swap_and_flatten
         if isinstance(rollout_buffer.observations, dict):
             observations: ObservationArray = {key: flatten(obs) for key, obs in rollout_buffer.observations.items()}
@@ -68,7 +69,7 @@ class StoredBatch:
             log_probs=flatten(rollout_buffer.log_probs).flatten(),
             advantages=flatten(rollout_buffer.advantages).flatten(),
             returns=flatten(rollout_buffer.returns).flatten(),
-            behaviour_params=np.empty((rollout_buffer.buffer_size * rollout_buffer.n_envs, 0), dtype=np.float32),
+            behaviour_params=flatten(rollout_buffer.behaviour_params),
         )
 
 

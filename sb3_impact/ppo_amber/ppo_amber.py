@@ -6,23 +6,20 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 import torch as th
 from gymnasium import spaces
-from stable_baselines3 import PPO
 from stable_baselines3.common.buffers import RolloutBuffer
-from stable_baselines3.common.distributions import Distribution, StateDependentNoiseDistribution
+from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
-from stable_baselines3.common.utils import FloatSchedule, LinearSchedule, explained_variance, obs_as_tensor
+from stable_baselines3.common.utils import FloatSchedule, LinearSchedule, explained_variance
 from torch.nn import functional as F
 
-from sb3_impact.common.distributions import behaviour_params, distribution_from_params, kl_from_params
-from sb3_impact.common.policy_evaluation import MAX_LOG_RATIO
+from sb3_impact.common.collector_ppo import CollectorPPO
+from sb3_impact.common.distributions import kl_from_params
+from sb3_impact.common.policy_evaluation import MAX_LOG_RATIO, evaluate_in_chunks
 from sb3_impact.ppo_amber.memory import BatchReplayMemory, StoredBatch
 from sb3_impact.ppo_amber.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
 SelfPPOAMBER = TypeVar("SelfPPOAMBER", bound="PPOAMBER")
-
-# Samples per forward pass when the stored batches are evaluated with the current policy (bounds memory).
-EVALUATION_CHUNK = 4096
 
 # The paper's defaults (table 2, section 7.3), each annealed linearly to 0 over training.
 PAPER_LEARNING_RATE = LinearSchedule(3e-4, 0.0, 1.0)
@@ -73,28 +70,14 @@ def _non_negative_schedule(name: str, value: float | str | Schedule) -> FloatSch
     return schedule
 
 
-def _behaviour_params(distribution: Distribution) -> th.Tensor:
-    """:func:`behaviour_params`, extended to unsquashed gSDE: per state a diagonal Gaussian ``N(mean, std(s))``."""
-    if isinstance(distribution, StateDependentNoiseDistribution):
-        normal = distribution.distribution
-        return th.cat([normal.mean, th.log(normal.stddev)], dim=1)
-    return behaviour_params(distribution)
-
-
-def _kl_from_behaviour(action_space: spaces.Space, params: th.Tensor, distribution: Distribution) -> th.Tensor:
-    """``KL(mu || pi)`` per sample, ``mu`` given by stored parameters (gSDE's Gaussian compared directly)."""
-    if isinstance(distribution, StateDependentNoiseDistribution):
-        behaviour = distribution_from_params(action_space, params).distribution
-        return th.distributions.kl_divergence(behaviour, distribution.distribution).sum(dim=1)
-    return kl_from_params(action_space, params, distribution)
-
-
-class PPOAMBER(PPO):
+class PPOAMBER(CollectorPPO):
     """
     PPO with Adaptive Multi-Batch Experience Replay (PPO-AMBER); PPO-MBER with ``adaptive=False``.
 
-    Paper: https://arxiv.org/abs/1710.04423 (Algorithm 1). Collection, GAE and the rollout buffer are
-    SB3 PPO's. After each collection the batch is copied, with its advantages, value targets and behaviour
+    Paper: https://arxiv.org/abs/1710.04423 (Algorithm 1). Collection comes from a collector
+    (:class:`~sb3_impact.common.collector_ppo.CollectorPPO`: synchronous by default, which is SB3 PPO's;
+    asynchronous with ``async_collection=True``); GAE and the rollout buffer are SB3 PPO's.
+    After each collection the batch is copied, with its advantages, value targets and behaviour
     distribution, into a memory of the last ``replay_length`` (L) batches. Once per iteration, before the
     epochs, the batch-average IS weight ``R'_l`` (eq. 10) of every stored batch is computed with the
     current policy; batch ``l`` is active iff ``R'_l <= 1 + batch_drop_factor`` (the newest always is).
@@ -127,10 +110,17 @@ class PPOAMBER(PPO):
     :param use_sde: Whether to use generalized State Dependent Exploration (gSDE); supported without
         ``squash_output``, where the behaviour policy is the per-state Gaussian SB3's PPO also uses
     :param sde_sample_freq: Sample a new noise matrix every n steps when using gSDE (-1: only at rollout start)
-    :param rollout_buffer_class: Rollout buffer class to use (None: selected automatically)
+    :param rollout_buffer_class: Rollout buffer class to use, a behaviour-recording one (None: selected automatically)
     :param rollout_buffer_kwargs: Keyword arguments to pass to the rollout buffer on creation
     :param target_kl: Stop an iteration's epochs early when the approximate KL to the behaviour policy
         exceeds ``1.5 * target_kl`` (None: no limit)
+    :param async_collection: Collect the next rollouts while the learner trains (see :class:`CollectorPPO`);
+        False collects, then trains, as SB3's PPO
+    :param collector: Where asynchronous collection runs: ``"thread"``, ``"process"`` (forked) or ``"ray"``
+    :param collector_queue_size: Rollouts collected ahead of the learner at most, counting the one in progress
+    :param num_workers: Ray actors (``collector="ray"``; None: one per CPU Ray sees, less one)
+    :param envs_per_worker: Environments per Ray actor (``collector="ray"``)
+    :param ray_address: Ray cluster to join (``collector="ray"``; None: start or join a local one)
     :param stats_window_size: Window size for the rollout logging (episodes)
     :param tensorboard_log: the log location for tensorboard (if None, no logging)
     :param policy_kwargs: additional arguments to be passed to the policy on creation
@@ -170,6 +160,12 @@ class PPOAMBER(PPO):
         rollout_buffer_class: type[RolloutBuffer] | None = None,
         rollout_buffer_kwargs: dict[str, Any] | None = None,
         target_kl: float | None = None,
+        async_collection: bool = False,
+        collector: str = "thread",
+        collector_queue_size: int = 1,
+        num_workers: int | None = None,
+        envs_per_worker: int | None = None,
+        ray_address: str | None = None,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
@@ -205,6 +201,12 @@ class PPOAMBER(PPO):
             rollout_buffer_class=rollout_buffer_class,
             rollout_buffer_kwargs=rollout_buffer_kwargs,
             target_kl=target_kl,
+            async_collection=async_collection,
+            collector=collector,
+            collector_queue_size=collector_queue_size,
+            num_workers=num_workers,
+            envs_per_worker=envs_per_worker,
+            ray_address=ray_address,
             stats_window_size=stats_window_size,
             tensorboard_log=tensorboard_log,
             policy_kwargs=policy_kwargs,
@@ -241,44 +243,32 @@ class PPOAMBER(PPO):
         if self.replay_memory is not None:  # batches of another environment must not be replayed
             self.replay_memory.clear()
 
-    def _evaluation_chunks(self, batch: StoredBatch):
-        """Yield ``(slice, current distribution, actions)`` over ``batch`` in chunks, without gradients."""
-        for start in range(0, batch.size, EVALUATION_CHUNK):
-            chunk = slice(start, start + EVALUATION_CHUNK)
-            if isinstance(batch.observations, dict):
-                observations = {key: value[chunk] for key, value in batch.observations.items()}
-            else:
-                observations = batch.observations[chunk]
-            actions = th.as_tensor(batch.actions[chunk], device=self.device)
-            if isinstance(self.action_space, spaces.Discrete):
-                actions = actions.long().flatten()
-            distribution = self.policy.get_distribution(obs_as_tensor(observations, self.device))  # type: ignore[arg-type]
-            yield chunk, distribution, actions
-
-    @th.no_grad()
     def _store_rollout(self) -> None:
-        """Copy the rollout buffer into the replay memory with the behaviour distribution that collected it."""
+        """Copy the rollout buffer, with the behaviour distribution that collected it, into the replay memory."""
         assert self.replay_memory is not None
-        batch = StoredBatch.from_rollout_buffer(self.rollout_buffer)
-        # The policy has not changed since collection: its distribution on the stored observations is mu.
-        params = [_behaviour_params(distribution).cpu().numpy() for _, distribution, _ in self._evaluation_chunks(batch)]
-        batch.behaviour_params = np.concatenate(params)
-        self.replay_memory.add(batch)
+        self.replay_memory.add(StoredBatch.from_rollout_buffer(self.rollout_buffer))
 
-    @th.no_grad()
     def _replay_ratios_and_kl(self) -> tuple[list[float], list[float]]:
         """R' (eq. 10) and mean KL(mu_l || pi) of every stored batch with the current policy, newest first."""
         assert self.replay_memory is not None
-        ratios, kls = [1.0], [0.0]  # the newest batch was collected by the current policy: pi = mu
-        for batch in list(self.replay_memory)[1:]:
-            log_probs, kl = [], []
-            for chunk, distribution, actions in self._evaluation_chunks(batch):
-                log_probs.append(distribution.log_prob(actions))
-                params = th.as_tensor(batch.behaviour_params[chunk], device=self.device)
-                kl.append(_kl_from_behaviour(self.action_space, params, distribution))
+        batches = list(self.replay_memory)
+        # Synchronously, the newest batch was collected by the current policy: pi = mu exactly.
+        ratios, kls = ([], []) if self.async_collection else ([1.0], [0.0])
+        for batch in batches[len(ratios) :]:
+            actions = th.as_tensor(batch.actions, device=self.device)
+            if isinstance(self.action_space, spaces.Discrete):
+                actions = actions.long().flatten()
+            params = th.as_tensor(batch.behaviour_params, device=self.device)
+
+            def evaluate(chunk: slice, distribution: Distribution, _: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
+                kl = kl_from_params(self.action_space, params[chunk], distribution)  # noqa: B023
+                return distribution.log_prob(actions[chunk]), kl  # noqa: B023
+
+            results = evaluate_in_chunks(self.policy, batch.observations, batch.size, evaluate)
+            log_probs = th.cat([log_prob for log_prob, _ in results])
             behaviour_log_prob = th.as_tensor(batch.log_probs, device=self.device)
-            ratios.append(batch_average_is_weight(th.cat(log_probs), behaviour_log_prob))
-            kls.append(float(th.cat(kl).mean()))
+            ratios.append(batch_average_is_weight(log_probs, behaviour_log_prob))
+            kls.append(float(th.cat([kl for _, kl in results]).mean()))
         return ratios, kls
 
     def train(self) -> None:

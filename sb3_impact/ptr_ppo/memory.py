@@ -1,55 +1,22 @@
 """PTR-PPO's priority memory: fixed-length trajectory segments in FIFO slots, sampled through a sum-tree."""
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
-from sb3_impact.common.observations import Observation, index_observation
+from sb3_impact.common.observations import Observation, index_observation, map_observation, stack_observations
+from sb3_impact.common.segments import Segment
 from sb3_impact.ptr_ppo.sum_tree import SumTree
 
 # Added to every priority, as PER's proportional variant does (paper section 2.2): a segment whose
 # |GAE| or normalised return is 0 keeps a small chance of being replayed.
 PRIORITY_EPS = 1e-6
-# Segment returns are sums of float32 rewards, and a time-limit end's reward is recovered by subtracting the
-# bootstrap SB3 folded into it: differences below this fraction of the mean return are rounding, not signal.
+# Segment returns are sums of float32 rewards: differences below this fraction of the mean return are
+# rounding, not signal.
 RETURN_STD_FLOOR = 1e-4
 
 
-@dataclass
-class TrajectorySegments:
-    """
-    ``B`` trajectory segments of ``T`` steps each, segment-major (``[B, T, ...]``).
-
-    ``rewards`` are the environment's rewards (no time-limit bootstrap folded in); ``truncations`` mark
-    time-limit ends, ``terminations`` true MDP ends (never both). ``next_observations`` (``[B, ...]``) are
-    the observations after each segment's last step, and ``final_observations[b]`` maps a truncated step
-    ``t`` of segment ``b`` to the episode's final observation (the one ``next_observations`` would have
-    been without the automatic reset).
-    """
-
-    observations: Observation
-    actions: np.ndarray
-    rewards: np.ndarray
-    terminations: np.ndarray
-    truncations: np.ndarray
-    behaviour_log_probs: np.ndarray
-    behaviour_params: np.ndarray
-    next_observations: Observation
-    final_observations: list[dict[int, Observation]] = field(default_factory=list)
-
-    @property
-    def n_segments(self) -> int:
-        return int(self.rewards.shape[0])
-
-    @property
-    def n_steps(self) -> int:
-        return int(self.rewards.shape[1])
-
-
 def _allocate(template: Observation | np.ndarray, capacity: int) -> Observation | np.ndarray:
-    if isinstance(template, dict):
-        return {key: np.zeros((capacity, *value.shape[1:]), dtype=value.dtype) for key, value in template.items()}
-    return np.zeros((capacity, *template.shape[1:]), dtype=template.dtype)
+    """Zeroed slot storage ``[capacity, ...]`` for entries shaped like ``template[i]``."""
+    return map_observation(template, lambda value: np.zeros((capacity, *value.shape[1:]), dtype=value.dtype))
 
 
 def _assign(storage: Observation | np.ndarray, slots: np.ndarray, values: Observation | np.ndarray) -> None:
@@ -58,6 +25,15 @@ def _assign(storage: Observation | np.ndarray, slots: np.ndarray, values: Observ
             storage[key][slots] = values[key]  # type: ignore[index]
     else:
         storage[slots] = values
+
+
+def _env_major(array: Observation | np.ndarray) -> Observation | np.ndarray:
+    """``[T, B, ...]`` to ``[B, T, ...]`` (each entry of a dict)."""
+    return map_observation(array, lambda value: np.ascontiguousarray(np.swapaxes(value, 0, 1)))
+
+
+# The per-step fields of a Segment that the memory stores, per slot ([T, ...] each).
+STEP_FIELDS = ("actions", "rewards", "terminations", "truncations", "behaviour_log_probs", "behaviour_params")
 
 
 class RunningReturnStatistics:
@@ -96,7 +72,11 @@ class TrajectoryMemory:
     ``capacity`` segment slots, overwritten first-in first-out, sampled with probability
     ``p^alpha / sum_k p_k^alpha`` (eq. 2) through a :class:`SumTree`.
 
-    Storage is allocated at the first :meth:`add`, with the shapes and dtypes of the segments given.
+    A slot holds one environment's column of a :class:`~sb3_impact.common.segments.Segment`: its ``T`` steps,
+    the observation after them, the final observations of its time-limit ends and the policy version
+    that collected it. :meth:`add` takes a segment of ``B`` environments into ``B`` slots; :meth:`get`
+    returns slots as one segment with an environment per slot. Storage is allocated at the first
+    :meth:`add`, with the shapes and dtypes of the segment given.
 
     :param capacity: the number of segments kept (the paper's memory size)
     :param priority_alpha: the exponent alpha (0: uniform sampling)
@@ -109,84 +89,81 @@ class TrajectoryMemory:
         self.priorities = np.zeros(self.capacity, dtype=np.float64)  # raw p, before the exponent
         self.returns = np.zeros(self.capacity, dtype=np.float64)  # undiscounted segment returns
         self.insertion_number = np.full(self.capacity, -1, dtype=np.int64)  # -1: empty slot
+        self.policy_versions = np.zeros(self.capacity, dtype=np.int64)
         self.return_statistics = RunningReturnStatistics()
         self.size = 0
         self.inserted = 0  # segments ever added
         self.overwritten = 0  # segments dropped by the FIFO
+        self.n_steps: int | None = None
         self._next_slot = 0
-        self._storage: TrajectorySegments | None = None
+        self._storage: dict[str, Observation | np.ndarray] | None = None  # [capacity, T, ...] per field
         self._final_observations: list[dict[int, Observation]] = [{} for _ in range(self.capacity)]
 
     def __len__(self) -> int:
         return self.size
 
-    def add(self, segments: TrajectorySegments) -> np.ndarray:
+    def add(self, segment: Segment) -> np.ndarray:
         """
-        Store ``segments`` in the next FIFO slots (their priority is 0 until :meth:`update_priorities`),
-        and update the running return statistics with their returns (eq. 14, on insertion only).
+        Store the ``n_envs`` columns of ``segment`` in the next FIFO slots (their priority is 0 until
+        :meth:`update_priorities`), and update the running return statistics with their returns (eq. 14, on
+        insertion only).
 
-        :return: the slots, in the order of ``segments``
+        :return: the slots, in the order of the segment's environments (only the last ``capacity`` of them
+            when there are more)
         """
+        columns: dict[str, Observation | np.ndarray] = {
+            "observations": _env_major(segment.observations),
+            "next_observations": segment.next_observations,
+            **{name: _env_major(getattr(segment, name)) for name in STEP_FIELDS},
+        }
         if self._storage is None:
-            self._storage = TrajectorySegments(
-                observations=_allocate(segments.observations, self.capacity),
-                actions=_allocate(segments.actions, self.capacity),
-                rewards=_allocate(segments.rewards, self.capacity),
-                terminations=_allocate(segments.terminations, self.capacity),
-                truncations=_allocate(segments.truncations, self.capacity),
-                behaviour_log_probs=_allocate(segments.behaviour_log_probs, self.capacity),
-                behaviour_params=_allocate(segments.behaviour_params, self.capacity),
-                next_observations=_allocate(segments.next_observations, self.capacity),
-            )
-        elif segments.n_steps != self._storage.n_steps:
-            raise ValueError(f"segments have {segments.n_steps} steps, the memory holds {self._storage.n_steps}")
-        count = segments.n_segments
+            self._storage = {name: _allocate(value, self.capacity) for name, value in columns.items()}
+            self.n_steps = segment.n_steps
+        elif segment.n_steps != self.n_steps:
+            raise ValueError(f"segments have {segment.n_steps} steps, the memory holds {self.n_steps}")
+        finals: list[dict[int, Observation]] = [{} for _ in range(segment.n_envs)]
+        for index, (step, env) in enumerate(segment.final_observation_indices):
+            assert segment.final_observations is not None
+            finals[env][int(step)] = index_observation(segment.final_observations, index)
+        count = segment.n_envs
         slots = (self._next_slot + np.arange(count)) % self.capacity
-        if count > self.capacity:  # only the last `capacity` survive, as sequential FIFO insertion would
-            segments_kept = np.arange(count - self.capacity, count)
-            slots = slots[segments_kept]
-            segments = self._select(segments, segments_kept)
+        kept = np.arange(max(0, count - self.capacity), count)  # sequential FIFO insertion keeps the last ones
+        slots = slots[kept]
         self.overwritten += max(0, self.size + count - self.capacity)
-        storage = self._storage
-        _assign(storage.observations, slots, segments.observations)
-        _assign(storage.next_observations, slots, segments.next_observations)
-        for name in ("actions", "rewards", "terminations", "truncations", "behaviour_log_probs", "behaviour_params"):
-            getattr(storage, name)[slots] = getattr(segments, name)
-        for slot, finals in zip(slots, segments.final_observations, strict=True):
-            self._final_observations[slot] = finals
-        segment_returns = segments.rewards.astype(np.float64).sum(axis=1)
+        for name, value in columns.items():
+            _assign(self._storage[name], slots, index_observation(value, kept))
+        for slot, env in zip(slots, kept, strict=True):
+            self._final_observations[slot] = finals[env]
+        segment_returns = columns["rewards"][kept].astype(np.float64).sum(axis=1)  # type: ignore[index]
         self.returns[slots] = segment_returns
         self.return_statistics.update(segment_returns)
-        self.insertion_number[slots] = self.inserted + np.arange(len(slots)) + (count - len(slots))
+        self.policy_versions[slots] = segment.policy_version
+        self.insertion_number[slots] = self.inserted + kept
         self.update_priorities(slots, np.zeros(len(slots)))
         self._next_slot = int((self._next_slot + count) % self.capacity)
         self.size = min(self.capacity, self.size + count)
         self.inserted += count
         return slots
 
-    @staticmethod
-    def _select(segments: TrajectorySegments, indices: np.ndarray) -> TrajectorySegments:
-        return TrajectorySegments(
-            observations=index_observation(segments.observations, indices),
-            actions=segments.actions[indices],
-            rewards=segments.rewards[indices],
-            terminations=segments.terminations[indices],
-            truncations=segments.truncations[indices],
-            behaviour_log_probs=segments.behaviour_log_probs[indices],
-            behaviour_params=segments.behaviour_params[indices],
-            next_observations=index_observation(segments.next_observations, indices),
-            final_observations=[segments.final_observations[i] for i in indices],
-        )
-
-    def get(self, slots: np.ndarray) -> TrajectorySegments:
-        """The segments in ``slots`` (copies), in that order."""
+    def get(self, slots: np.ndarray) -> Segment:
+        """The segments in ``slots`` (copies) as one time-major segment, one environment per slot, in that order."""
         if self._storage is None:
             raise RuntimeError("the memory is empty")
         slots = np.asarray(slots, dtype=np.int64)
         if np.any(self.insertion_number[slots] < 0):
             raise IndexError(f"empty slots among {slots}")
-        return self._select(
-            TrajectorySegments(**{**self._storage.__dict__, "final_observations": self._final_observations}), slots
+        storage = self._storage
+        positions = [(step, column) for column, slot in enumerate(slots) for step in sorted(self._final_observations[slot])]
+        finals = [self._final_observations[slots[column]][step] for step, column in positions]
+        n_steps = int(self.n_steps or 0)
+        return Segment(
+            observations=_env_major(index_observation(storage["observations"], slots)),
+            next_observations=index_observation(storage["next_observations"], slots),
+            **{name: _env_major(storage[name][slots]) for name in STEP_FIELDS},  # type: ignore[index]
+            final_observations=stack_observations(finals) if finals else None,
+            final_observation_indices=np.asarray(positions, dtype=np.int64).reshape(-1, 2),
+            infos=[[{} for _ in slots] for _ in range(n_steps)],
+            policy_version=int(self.policy_versions[slots].min()),
         )
 
     def sample(self, batch_size: int, rng: np.random.Generator) -> np.ndarray:

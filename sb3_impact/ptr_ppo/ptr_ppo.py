@@ -5,26 +5,22 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import torch as th
-from gymnasium import spaces
-from stable_baselines3 import PPO
-from stable_baselines3.common.buffers import RolloutBuffer
-from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
-from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule, TensorDict
-from stable_baselines3.common.vec_env import VecEnv
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 
-from sb3_impact.common.distributions import behaviour_params, check_action_space, kl_from_params
-from sb3_impact.common.observations import Observation, observations_to_tensor, stack_observations
-from sb3_impact.common.policy_evaluation import MAX_LOG_RATIO, evaluate_policy_and_values
+from sb3_impact.common.buffers import TrainingBatch
+from sb3_impact.common.collector_ppo import CollectorPPO
+from sb3_impact.common.distributions import check_action_space, kl_from_params
+from sb3_impact.common.observations import index_observation
+from sb3_impact.common.policy_evaluation import MAX_LOG_RATIO, evaluate_in_chunks, evaluate_policy_and_values
+from sb3_impact.common.segments import Segment
 from sb3_impact.common.vtrace import fold_truncation_bootstrap, vtrace
-from sb3_impact.ptr_ppo.memory import TrajectoryMemory, TrajectorySegments
+from sb3_impact.ptr_ppo.memory import TrajectoryMemory
 from sb3_impact.ptr_ppo.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
 SelfPTRPPO = TypeVar("SelfPTRPPO", bound="PTRPPO")
 
 PRIORITIES = ("max", "mean", "reward")
-# Observations evaluated per forward pass when a whole replay batch is scored without gradient.
-EVALUATION_CHUNK = 2048
 
 
 def done_cut_log_rho(log_ratios: th.Tensor, dones: th.Tensor) -> th.Tensor:
@@ -87,12 +83,14 @@ def segment_priorities(advantages: th.Tensor, priority: str) -> np.ndarray:
     raise ValueError(f"priority must be 'max' or 'mean' here, got {priority!r}")
 
 
-class PTRPPO(PPO):
+class PTRPPO(CollectorPPO):
     """
     PTR-PPO: PPO with prioritized trajectory replay.
 
-    Paper: https://arxiv.org/abs/2112.03798 (section 4, Algorithm 1). Every iteration is an SB3 PPO update
-    (``n_epochs`` epochs) on the fresh rollout; then the rollout's ``n_envs`` segments (one environment's
+    Paper: https://arxiv.org/abs/2112.03798 (section 4, Algorithm 1). Rollouts come from a collector
+    (:class:`~sb3_impact.common.collector_ppo.CollectorPPO`: synchronous by default, asynchronous with
+    ``async_collection=True``). Every iteration is an SB3 PPO update (``n_epochs`` epochs) on the fresh
+    rollout; then the rollout's ``n_envs`` segments (one environment's
     ``n_steps`` steps each) enter a FIFO priority memory of ``memory_size`` segments, and ``replay_rounds``
     rounds follow. Each round samples ``replay_batch`` segments with probability ``p^alpha / sum p^alpha``,
     scores them with the current network (GAE cut at episode ends, eq. 18; done-cut importance product,
@@ -123,6 +121,13 @@ class PTRPPO(PPO):
     :param priority_alpha: Exponent alpha of the sampling probabilities (eq. 2; 0 is uniform sampling)
     :param eps_marg: epsilon^marg of the truncated importance weight (eq. 20; Table 1: 0.2), in (0, 1)
     :param target_kl: Early stopping of the fresh-rollout PPO epochs (as SB3 PPO)
+    :param async_collection: Collect the next rollouts while the learner trains (see :class:`CollectorPPO`);
+        False collects, then trains, as SB3's PPO
+    :param collector: Where asynchronous collection runs: ``"thread"``, ``"process"`` (forked) or ``"ray"``
+    :param collector_queue_size: Rollouts collected ahead of the learner at most, counting the one in progress
+    :param num_workers: Ray actors (``collector="ray"``; None: one per CPU Ray sees, less one)
+    :param envs_per_worker: Environments per Ray actor (``collector="ray"``)
+    :param ray_address: Ray cluster to join (``collector="ray"``; None: start or join a local one)
     :param stats_window_size: Window size for the rollout logging (episodes)
     :param tensorboard_log: the log location for tensorboard (if None, no logging)
     :param policy_kwargs: additional arguments to be passed to the policy on creation
@@ -161,6 +166,12 @@ class PTRPPO(PPO):
         priority_alpha: float = 0.6,
         eps_marg: float = 0.2,
         target_kl: float | None = None,
+        async_collection: bool = False,
+        collector: str = "thread",
+        collector_queue_size: int = 1,
+        num_workers: int | None = None,
+        envs_per_worker: int | None = None,
+        ray_address: str | None = None,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
@@ -199,6 +210,12 @@ class PTRPPO(PPO):
             vf_coef=vf_coef,
             max_grad_norm=max_grad_norm,
             target_kl=target_kl,
+            async_collection=async_collection,
+            collector=collector,
+            collector_queue_size=collector_queue_size,
+            num_workers=num_workers,
+            envs_per_worker=envs_per_worker,
+            ray_address=ray_address,
             stats_window_size=stats_window_size,
             tensorboard_log=tensorboard_log,
             policy_kwargs=policy_kwargs,
@@ -224,9 +241,6 @@ class PTRPPO(PPO):
         self.replay_updates = 0
         self._memory: TrajectoryMemory | None = None
         self._replay_rng: np.random.Generator | None = None
-        self._pending_rollout: TrajectorySegments | None = None
-        self._step_records: list[tuple[np.ndarray, np.ndarray, dict[int, Observation]]] = []
-        self._recording = False
         if _init_setup_model:
             self._setup_model()
 
@@ -245,177 +259,43 @@ class PTRPPO(PPO):
         super()._setup_model()
         self._memory = TrajectoryMemory(self.memory_size, self.priority_alpha)
         self._replay_rng = np.random.default_rng(self.seed)
-        self._pending_rollout = None
-        self._step_records = []
-        self._recording = False
 
     def _excluded_save_params(self) -> list[str]:
         # The memory holds up to memory_size * n_steps observations: it is not written into the zip.
-        return [*super()._excluded_save_params(), "_memory", "_replay_rng", "_pending_rollout", "_step_records"]
-
-    # ---------------------------------------------------------------- collection
-
-    def _update_info_buffer(self, infos: list[dict[str, Any]], dones: np.ndarray | None = None) -> None:
-        super()._update_info_buffer(infos, dones)
-        if not self._recording or dones is None:
-            return
-        # Called by OnPolicyAlgorithm.collect_rollouts once per vector step, right before it folds
-        # gamma * V(final observation) into the reward of time-limit ends: record those ends (same test).
-        truncations = np.zeros(len(infos), dtype=bool)
-        final_observations = {}
-        for index, (done, info) in enumerate(zip(dones, infos, strict=True)):
-            if done and info.get("terminal_observation") is not None and info.get("TimeLimit.truncated", False):
-                truncations[index] = True
-                final_observations[index] = info["terminal_observation"]
-        self._step_records.append((np.asarray(dones, dtype=bool).copy(), truncations, final_observations))
-
-    def collect_rollouts(
-        self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
-    ) -> bool:
-        self._step_records = []
-        self._recording = True
-        try:
-            complete = super().collect_rollouts(env, callback, rollout_buffer, n_rollout_steps)
-        finally:
-            self._recording = False
-        # The policy has not changed since the rollout started: its segments are recorded now, before train().
-        self._pending_rollout = self._rollout_segments(rollout_buffer) if complete else None
-        self._step_records = []
-        return complete
-
-    def _buffer_observation(self, observation: Observation, leading_shape: tuple[int, ...]) -> Observation:
-        """An environment observation reshaped to the rollout buffer's layout (e.g. Discrete spaces: ``[..., 1]``)."""
-        obs_shape = self.rollout_buffer.obs_shape
-        if isinstance(observation, dict):
-            return {
-                key: np.asarray(value).reshape(*leading_shape, *obs_shape[key])  # type: ignore[index]
-                for key, value in observation.items()
-            }
-        return np.asarray(observation).reshape(*leading_shape, *obs_shape)  # type: ignore[misc]
-
-    @th.no_grad()
-    def _rollout_segments(self, rollout_buffer: RolloutBuffer) -> TrajectorySegments:
-        """The fresh rollout as ``n_envs`` segments, with behaviour parameters and raw rewards."""
-        assert not rollout_buffer.generator_ready, "the rollout buffer was already flattened by get()"
-        n_steps, n_envs = rollout_buffer.buffer_size, rollout_buffer.n_envs
-        assert len(self._step_records) == n_steps
-
-        def segment_major(array: np.ndarray) -> np.ndarray:
-            return np.ascontiguousarray(np.swapaxes(array, 0, 1))
-
-        observations: Observation
-        if isinstance(rollout_buffer.observations, dict):
-            observations = {key: segment_major(value) for key, value in rollout_buffer.observations.items()}
-        else:
-            observations = segment_major(rollout_buffer.observations)
-        dones = np.stack([record[0] for record in self._step_records])  # [T, E]
-        truncations = np.stack([record[1] for record in self._step_records])
-        terminations = dones & ~truncations
-        final_observations: list[dict[int, Observation]] = [{} for _ in range(n_envs)]
-        final_positions = []
-        for step, (_, _, finals) in enumerate(self._step_records):
-            for env_index, observation in finals.items():
-                final_observations[env_index][step] = self._buffer_observation(observation, ())
-                final_positions.append((step, env_index))
-
-        self.policy.set_training_mode(False)
-        # Behaviour distribution parameters: the policy that collected the rollout, on its observations.
-        flat_observations = observations_to_tensor(observations, self.device, merge_time=True)
-        params = []
-        for chunk in self._chunks(flat_observations, n_envs * n_steps):
-            params.append(behaviour_params(self.policy.get_distribution(chunk)).cpu().numpy())
-        behaviour = np.concatenate(params).reshape(n_envs, n_steps, -1).astype(np.float32)
-
-        # SB3's PPO added gamma * V(final observation) to the reward of time-limit ends (collect_rollouts);
-        # the memory keeps the environment's reward and bootstraps with the value function of each replay.
-        rewards = np.array(rollout_buffer.rewards, dtype=np.float32)
-        if final_positions:
-            stacked = stack_observations([final_observations[e][t] for t, e in final_positions])
-            folded_values = self.policy.predict_values(observations_to_tensor(stacked, self.device, merge_time=False))
-            for (step, env_index), value in zip(final_positions, folded_values.flatten().cpu().numpy(), strict=True):
-                rewards[step, env_index] -= self.gamma * value
-
-        assert self._last_obs is not None
-        return TrajectorySegments(
-            observations=observations,
-            actions=segment_major(rollout_buffer.actions),
-            rewards=segment_major(rewards),
-            terminations=segment_major(terminations),
-            truncations=segment_major(truncations),
-            behaviour_log_probs=segment_major(rollout_buffer.log_probs.astype(np.float32)),
-            behaviour_params=behaviour,
-            next_observations=self._buffer_observation(self._last_obs, (n_envs,)),  # type: ignore[arg-type]
-            final_observations=final_observations,
-        )
+        return [*super()._excluded_save_params(), "_memory", "_replay_rng"]
 
     # ---------------------------------------------------------------- scoring segments
 
-    @staticmethod
-    def _chunks(observations: th.Tensor | TensorDict, size: int, chunk: int = EVALUATION_CHUNK):
-        for start in range(0, size, chunk):
-            if isinstance(observations, dict):
-                yield {key: value[start : start + chunk] for key, value in observations.items()}
-            else:
-                yield observations[start : start + chunk]
-
-    def _actions_tensor(self, actions: np.ndarray) -> th.Tensor:
-        """Stored actions ``[B, T, ...]`` as ``evaluate_actions`` takes them (flattened segment-major)."""
-        tensor = th.as_tensor(actions.reshape(-1, *actions.shape[2:]).astype(np.float32), device=self.device)
-        if isinstance(self.action_space, spaces.Discrete):
-            tensor = tensor.long().flatten()
-        return tensor
-
     @th.no_grad()
-    def _score_segments(self, segments: TrajectorySegments) -> dict[str, th.Tensor]:
+    def _score_segments(self, segment: Segment) -> dict[str, th.Tensor]:
         """
-        Evaluate stored segments with the current network: time-major ``[T, B]`` GAE (eq. 18), one-step TD
-        targets, ``log pi - log b`` and the behaviour parameters, plus the flattened tensors for the loss.
+        Evaluate a segment with the current network: time-major ``[T, B]`` GAE (eq. 18), one-step TD targets,
+        ``log pi - log b`` and episode ends, plus the flat (time-major) tensors the loss needs.
         """
-        n_segments, n_steps = segments.n_segments, segments.n_steps
+        batch = TrainingBatch.from_segment(segment, self.device)
         self.policy.set_training_mode(False)
-        observations = observations_to_tensor(segments.observations, self.device, merge_time=True)
-        actions = self._actions_tensor(segments.actions)
-        values, log_probs = [], []
-        size = n_segments * n_steps
-        for start, chunk in zip(range(0, size, EVALUATION_CHUNK), self._chunks(observations, size), strict=True):
-            distribution, chunk_values = evaluate_policy_and_values(self.policy, chunk)
-            values.append(chunk_values)
-            log_probs.append(distribution.log_prob(actions[start : start + EVALUATION_CHUNK]))
-        values_bt = th.cat(values).reshape(n_segments, n_steps)
-        log_probs_bt = th.cat(log_probs).reshape(n_segments, n_steps)
-
-        bootstrap_values = self.policy.predict_values(
-            observations_to_tensor(segments.next_observations, self.device, merge_time=False)
-        ).flatten()
-        final_values = th.zeros(n_steps, n_segments, device=self.device)
-        positions = [(t, b) for b, finals in enumerate(segments.final_observations) for t in finals]
-        if positions:
-            stacked = stack_observations([segments.final_observations[b][t] for t, b in positions])
-            finals_values = self.policy.predict_values(observations_to_tensor(stacked, self.device, merge_time=False))
-            steps = th.as_tensor([t for t, _ in positions], device=self.device)
-            columns = th.as_tensor([b for _, b in positions], device=self.device)
-            final_values[steps, columns] = finals_values.flatten()
-
-        def time_major(array: np.ndarray) -> th.Tensor:
-            return th.as_tensor(np.ascontiguousarray(array.T), device=self.device)
-
-        values_tb = values_bt.T
-        terminations, truncations = time_major(segments.terminations), time_major(segments.truncations)
-        rewards, discounts = fold_truncation_bootstrap(
-            time_major(segments.rewards).float(), terminations, truncations, final_values, self.gamma
+        results = evaluate_in_chunks(
+            self.policy,
+            batch.observations,
+            batch.size,
+            lambda chunk, distribution, values: (values, distribution.log_prob(batch.actions[chunk])),
         )
-        next_values = th.cat([values_tb[1:], bootstrap_values.unsqueeze(0)], dim=0)
-        advantages = gae_with_episode_ends(rewards, values_tb, bootstrap_values, discounts, self.gae_lambda)
-        log_ratios = log_probs_bt.T - time_major(segments.behaviour_log_probs).float()
+        values = th.cat([chunk_values for chunk_values, _ in results]).reshape(batch.n_steps, batch.n_envs)
+        log_probs = th.cat([log_prob for _, log_prob in results]).reshape(batch.n_steps, batch.n_envs)
+        bootstrap_values, final_values = batch.bootstrap_values(self.policy)
+        rewards, discounts = fold_truncation_bootstrap(
+            batch.rewards, batch.terminations, batch.truncations, final_values, self.gamma
+        )
+        next_values = th.cat([values[1:], bootstrap_values.unsqueeze(0)], dim=0)
         return {
-            "observations": observations,  # type: ignore[dict-item]
-            "actions": actions,
-            "advantages": advantages,
+            "observations": batch.observations,  # type: ignore[dict-item]
+            "actions": batch.actions,
+            "advantages": gae_with_episode_ends(rewards, values, bootstrap_values, discounts, self.gae_lambda),
             "td_targets": rewards + discounts * next_values,
-            "log_ratios": log_ratios,
-            "dones": terminations | truncations,
-            "behaviour_log_probs": th.as_tensor(segments.behaviour_log_probs.reshape(-1), device=self.device).float(),
-            "behaviour_params": th.as_tensor(segments.behaviour_params.reshape(size, -1), device=self.device).float(),
+            "log_ratios": log_probs - batch.behaviour_log_probs,
+            "dones": batch.terminations | batch.truncations,
+            "behaviour_log_probs": batch.behaviour_log_probs.flatten(),
+            "behaviour_params": batch.behaviour_params,
         }
 
     def _priorities(self, slots: np.ndarray, advantages: th.Tensor | None) -> np.ndarray:
@@ -430,13 +310,13 @@ class PTRPPO(PPO):
         """Algorithm 1, lines 16-25: PPO on the fresh rollout, insertion with priorities, replay rounds."""
         super().train()
         memory = self.replay_memory
-        if self._pending_rollout is not None:
-            segments, self._pending_rollout = self._pending_rollout, None
-            slots = memory.add(segments)  # the reward statistics see the new returns first (Fig. 3)
+        if self._last_segment is not None:
+            segment, self._last_segment = self._last_segment, None
+            slots = memory.add(segment)  # the reward statistics see the new returns first (Fig. 3)
             # Line 18: priorities of the new segments, with the network just updated on them.
             advantages = None
-            if self.priority != "reward":  # (with more segments than slots, only the last ones were kept)
-                advantages = self._score_segments(segments)["advantages"][:, segments.n_segments - len(slots) :]
+            if self.priority != "reward":  # (with more environments than slots, only the last ones were kept)
+                advantages = self._score_segments(segment)["advantages"][:, segment.n_envs - len(slots) :]
             memory.update_priorities(slots, self._priorities(slots, advantages))
 
         stats: dict[str, list[float]] = {}
@@ -463,10 +343,10 @@ class PTRPPO(PPO):
         with th.no_grad():
             # Eqs. (19)-(21): done-cut importance product, truncated weight, off-policy advantage.
             rho_marg = truncated_importance_weight(done_cut_log_rho(scored["log_ratios"], scored["dones"]), self.eps_marg)
-            advantages = (rho_marg * scored["advantages"]).T.flatten()  # back to segment-major, as the observations
+            advantages = (rho_marg * scored["advantages"]).flatten()  # time-major, as the observations
             # Eq. (16) weight pi / b of each step, truncated like eq. (20) so that it stays below 2 - eps_marg.
-            value_weights = truncated_importance_weight(scored["log_ratios"], self.eps_marg).T.flatten()
-            td_targets = scored["td_targets"].T.flatten()
+            value_weights = truncated_importance_weight(scored["log_ratios"], self.eps_marg).flatten()
+            td_targets = scored["td_targets"].flatten()
         new_priorities = self._priorities(slots, scored["advantages"])
 
         clip_range = self.clip_range(self._current_progress_remaining)  # type: ignore[operator]
@@ -476,11 +356,7 @@ class PTRPPO(PPO):
         permutation = th.as_tensor(self._replay_rng.permutation(size), device=self.device)
         for start in range(0, size, self.batch_size):
             indices = permutation[start : start + self.batch_size]
-            observations = (
-                {key: value[indices] for key, value in scored["observations"].items()}
-                if isinstance(scored["observations"], dict)
-                else scored["observations"][indices]
-            )
+            observations = index_observation(scored["observations"], indices)
             distribution, values = evaluate_policy_and_values(self.policy, observations)
             log_prob = distribution.log_prob(scored["actions"][indices])
             entropy = distribution.entropy()

@@ -37,6 +37,8 @@ class SegmentSampler:
         self.last_observation = last_observation
         self.policy_version = 0
         self.sampled_steps = 0
+        # gSDE (PPO-AMBER, PTR-PPO): new exploration noise at each segment and every sde_sample_freq steps, as SB3.
+        self.sde_sample_freq = -1
         self._clip_low: np.ndarray | None = None
         self._clip_high: np.ndarray | None = None
         if isinstance(env.action_space, spaces.Box):
@@ -74,9 +76,14 @@ class SegmentSampler:
         log_probs, params, infos = [], [], []
         final_observations, final_indices = [], []
         self.policy.set_training_mode(False)
+        use_sde = bool(getattr(self.policy, "use_sde", False))
+        if use_sde:
+            self.policy.reset_noise(self.env.num_envs)
         for step in range(self.n_steps):
             if stop_event is not None and stop_event.is_set():
                 raise CollectionInterrupted
+            if use_sde and self.sde_sample_freq > 0 and step % self.sde_sample_freq == 0:
+                self.policy.reset_noise(self.env.num_envs)
             step_actions, step_log_probs, step_params = self._act(self.last_observation)
             new_observation, step_rewards, dones, step_infos = self.env.step(self._env_actions(step_actions))
             self.sampled_steps += self.env.num_envs

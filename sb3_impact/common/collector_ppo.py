@@ -1,0 +1,171 @@
+"""SB3's PPO whose rollouts come from a collector: the base of PPO-AMBER and PTR-PPO."""
+
+import contextlib
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import gymnasium as gym
+import numpy as np
+import torch as th
+from gymnasium import spaces
+from stable_baselines3 import PPO
+from stable_baselines3.common.buffers import RolloutBuffer
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
+from stable_baselines3.common.vec_env import VecEnv
+
+from sb3_impact.common.buffers import BehaviourRecordingMixin, BehaviourRolloutBuffer, DictBehaviourRolloutBuffer
+from sb3_impact.common.collection import CollectorMixin
+from sb3_impact.common.observations import concatenate_observations, merge_time_and_envs
+from sb3_impact.common.policy_evaluation import evaluate_in_chunks
+from sb3_impact.common.segments import Segment
+
+SelfCollectorPPO = TypeVar("SelfCollectorPPO", bound="CollectorPPO")
+
+
+class CollectorPPO(CollectorMixin, PPO):
+    """
+    SB3's PPO with :meth:`collect_rollouts` taking the next segment from a collector.
+
+    With ``async_collection=False`` a :class:`~sb3_impact.common.collectors.SyncCollector` collects each
+    rollout when asked, with the current weights: with a seed this is SB3's PPO, sample for sample. With
+    ``async_collection=True`` a thread, forked process or Ray actors collect the next rollouts while the
+    learner trains, with weights broadcast after every ``train()``; each rollout's actions, log-probabilities
+    and distribution parameters are the behaviour policy's, so the ratios of the loss are taken against the
+    policy that acted. Either way the rollout enters a behaviour-recording rollout buffer
+    (:class:`~sb3_impact.common.buffers.BehaviourRecordingMixin`) with values, GAE and value targets from the
+    learner's current value function. ``policy_lag`` (learner updates, in ``_n_updates`` units, between the
+    weights that collected a rollout and those that train on it) is logged as ``train/policy_lag``.
+    """
+
+    rollout_buffer: BehaviourRolloutBuffer | DictBehaviourRolloutBuffer  # type: ignore[assignment]
+    thread_collector_limits_threads = True  # many small minibatch steps: see ThreadCollector
+
+    def __init__(
+        self,
+        policy: Any,
+        env: GymEnv | str | Callable[[], gym.Env],
+        *args: Any,
+        async_collection: bool = False,
+        collector: str = "thread",
+        collector_queue_size: int = 1,
+        num_workers: int | None = None,
+        envs_per_worker: int | None = None,
+        ray_address: str | None = None,
+        rollout_buffer_class: type[RolloutBuffer] | None = None,
+        _init_setup_model: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        env = self._init_collection(
+            env, async_collection, collector, collector_queue_size, num_workers, envs_per_worker, ray_address
+        )
+        if rollout_buffer_class is not None and not issubclass(rollout_buffer_class, BehaviourRecordingMixin):
+            raise TypeError(
+                f"rollout_buffer_class must record the behaviour policy (a subclass of BehaviourRolloutBuffer or "
+                f"DictBehaviourRolloutBuffer), got {rollout_buffer_class.__name__}"
+            )
+        super().__init__(policy, env, *args, rollout_buffer_class=rollout_buffer_class, _init_setup_model=False, **kwargs)
+        self._last_segment: Segment | None = None
+        self._collection_stack: contextlib.ExitStack | None = None
+        self._policy_lags: list[float] = []
+        if _init_setup_model:
+            self._setup_model()
+
+    def _setup_model(self) -> None:
+        if self.rollout_buffer_class is None:
+            dict_observations = isinstance(self.observation_space, spaces.Dict)
+            self.rollout_buffer_class = DictBehaviourRolloutBuffer if dict_observations else BehaviourRolloutBuffer
+        super()._setup_model()
+
+    def _excluded_save_params(self) -> list[str]:
+        return [
+            *super()._excluded_save_params(),
+            *self._collection_excluded_save_params(),
+            "_last_segment",
+            "_collection_stack",
+        ]
+
+    def _setup_learn(self, *args: Any, **kwargs: Any) -> tuple[int, BaseCallback]:
+        result = super()._setup_learn(*args, **kwargs)
+        assert self._collection_stack is not None, "learn() opens the collection"
+        self._collection_stack.enter_context(self._collecting(self.n_steps))
+        return result
+
+    def learn(  # type: ignore[override]
+        self: SelfCollectorPPO,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        log_interval: int = 1,
+        tb_log_name: str = "PPO",
+        reset_num_timesteps: bool = True,
+        progress_bar: bool = False,
+    ) -> SelfCollectorPPO:
+        # SB3's loop; the collector runs from the end of _setup_learn until it returns, however it returns.
+        with contextlib.ExitStack() as stack:
+            self._collection_stack = stack
+            try:
+                super().learn(total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar)
+            finally:
+                self._collection_stack = None
+        self._record_policy_lag()
+        self._log_collection_counters()
+        self.logger.dump(step=self.num_timesteps)
+        return self
+
+    @th.no_grad()
+    def _segment_values(self, segment: Segment) -> tuple[np.ndarray, th.Tensor, np.ndarray]:
+        """The current V of the segment's observations ``[T, E]``, of the next observations and of final observations."""
+        n_steps, n_envs = segment.n_steps, segment.n_envs
+        observations = segment.observations
+        if isinstance(observations, dict):
+            flat = {key: merge_time_and_envs(value) for key, value in observations.items()}
+        else:
+            flat = merge_time_and_envs(observations)
+        extra = [segment.next_observations]
+        if segment.final_observations is not None:
+            extra.append(segment.final_observations)
+        flat = concatenate_observations([flat, *extra])
+        size = n_steps * n_envs + n_envs + len(segment.final_observation_indices)
+        values = th.cat(evaluate_in_chunks(self.policy, flat, size, lambda _, __, chunk_values: chunk_values))
+        final_values = np.zeros((n_steps, n_envs), dtype=np.float32)
+        if len(segment.final_observation_indices):
+            steps, envs = segment.final_observation_indices.T
+            final_values[steps, envs] = values[n_steps * n_envs + n_envs :].cpu().numpy()
+        step_values = values[: n_steps * n_envs].reshape(n_steps, n_envs).cpu().numpy()
+        return step_values, values[n_steps * n_envs : n_steps * n_envs + n_envs], final_values
+
+    def collect_rollouts(
+        self,
+        env: VecEnv,
+        callback: BaseCallback,
+        rollout_buffer: RolloutBuffer,
+        n_rollout_steps: int,
+    ) -> bool:
+        """Take the next segment (collected with the weights of the last broadcast) into ``rollout_buffer``."""
+        collector = self._collector
+        assert collector is not None, "collect_rollouts() runs inside learn()"
+        assert isinstance(rollout_buffer, BehaviourRecordingMixin) and n_rollout_steps == self.n_steps
+        collector.broadcast(self.policy.state_dict(), self._n_updates)
+        segment = collector.get_segment()
+        self.policy.set_training_mode(False)
+        if not self._replay_callbacks(segment, callback):
+            return False
+        values, last_values, final_values = self._segment_values(segment)
+        rollout_buffer.add_segment(segment, values, final_values, np.asarray(self._last_episode_starts, dtype=np.float32))
+        rollout_buffer.compute_returns_and_advantage(last_values=last_values, dones=segment.dones[-1])
+        self._last_episode_starts = segment.dones[-1]
+        self._last_segment = segment
+        self.trained_steps += segment.size
+        self._policy_lags.append(float(self._n_updates - segment.policy_version))
+        return True
+
+    def _record_policy_lag(self) -> None:
+        if self._policy_lags:
+            self.logger.record("train/policy_lag", float(np.mean(self._policy_lags)))
+            self.logger.record("train/policy_lag_max", float(np.max(self._policy_lags)))
+            self._policy_lags.clear()
+
+    def dump_logs(self, iteration: int = 0) -> None:
+        self._record_policy_lag()
+        self._log_collection_counters()
+        super().dump_logs(iteration)
