@@ -53,6 +53,29 @@ ZOO_ONLY_KEYS = {"n_envs", "n_timesteps", "normalize", "policy", "env_wrapper", 
 ZOO_VERSION_FALLBACK = {"-v5": "-v4"}
 
 
+def split_variant(algo: str) -> tuple[str, dict[str, Any]]:
+    """
+    ``"ppo_amber[async_collection=True,collector=process]"`` -> ``("ppo_amber", {...})``: an algo name may carry
+    hyperparameters that replace its yml's (values read as YAML), so that variants run side by side in one
+    invocation. A plain name has none.
+    """
+    if not algo.endswith("]") or "[" not in algo:
+        return algo, {}
+    base, _, body = algo[:-1].partition("[")
+    overrides: dict[str, Any] = {}
+    for item in filter(None, body.split(",")):
+        key, separator, value = item.partition("=")
+        if not separator or not key.strip():
+            raise ValueError(f"{algo!r}: variants are written NAME[key=value,...], got item {item!r}")
+        overrides[key.strip()] = yaml.safe_load(value)
+    return base, overrides
+
+
+def algo_class(algo: str) -> Any:
+    """The algorithm class of a name or variant."""
+    return ALGOS[split_variant(algo)[0]]
+
+
 def zoo_yml_path(algo: str) -> Path:
     """Our yml for sb3-impact algorithms, rl-zoo3's tuned yml for the others."""
     if algo in IMPACT_ALGOS:
@@ -76,6 +99,7 @@ def is_atari(env_id: str) -> bool:
 
 def zoo_entries(algo: str) -> dict[str, Any]:
     """All entries of ``algo``'s yml (raises ``ValueError`` listing the valid algos for an unknown one)."""
+    algo = split_variant(algo)[0]
     if algo not in ALGOS:
         raise ValueError(f"unknown algo {algo!r}; valid names: {', '.join(sorted(ALGOS))}")
     if algo in DEFAULT_VARIANTS:
@@ -88,6 +112,7 @@ def zoo_entry_key(algo: str, env_id: str, config: dict[str, Any]) -> str:
     The yml entry that serves ``env_id``: its own, ``atari`` for Atari ids, or -- for rl-zoo3's algorithms only --
     the entry of the previous version of the same task (``HalfCheetah-v4`` for ``HalfCheetah-v5``).
     """
+    algo = split_variant(algo)[0]
     if env_id in config:
         return env_id
     if is_atari(env_id) and "atari" in config:
@@ -104,8 +129,10 @@ def hyperparams_source(algo: str, env_id: str) -> str:
     if algo in DEFAULT_VARIANTS:
         return "constructor defaults"
     key = zoo_entry_key(algo, env_id, zoo_entries(algo))
-    origin = "sb3_impact/hyperparams" if algo in IMPACT_ALGOS else "rl_zoo3/hyperparams"
-    return f"{origin}/{algo}.yml: {key}"
+    base, overrides = split_variant(algo)
+    origin = "sb3_impact/hyperparams" if base in IMPACT_ALGOS else "rl_zoo3/hyperparams"
+    changed = f" with {overrides}" if overrides else ""
+    return f"{origin}/{base}.yml: {key}{changed}"
 
 
 def load_zoo_hyperparams(algo: str, env_id: str) -> dict[str, Any]:
@@ -113,7 +140,7 @@ def load_zoo_hyperparams(algo: str, env_id: str) -> dict[str, Any]:
     config = zoo_entries(algo)
     if algo in DEFAULT_VARIANTS:
         return {"policy": "MlpPolicy", "n_envs": 1, "n_timesteps": 100_000}
-    params = dict(config[zoo_entry_key(algo, env_id, config)])
+    params = {**config[zoo_entry_key(algo, env_id, config)], **split_variant(algo)[1]}
     unsupported = {"callback", "vec_env_wrapper", "env_kwargs"} & set(params)
     if unsupported:
         raise ValueError(f"{algo}/{env_id}: the benchmark does not handle {sorted(unsupported)}")
@@ -127,7 +154,7 @@ def load_zoo_hyperparams(algo: str, env_id: str) -> dict[str, Any]:
 
 def validate_names(algos: list[str], env_ids: list[str]) -> None:
     """Raise ``ValueError`` listing the valid names if an algo is unknown or an env lacks a yml entry or a gym id."""
-    unknown = [algo for algo in algos if algo not in ALGOS]
+    unknown = [algo for algo in algos if split_variant(algo)[0] not in ALGOS]
     if unknown:
         raise ValueError(f"unknown algos {unknown}; valid names: {', '.join(sorted(ALGOS))}")
     for env_id in env_ids:
@@ -351,7 +378,7 @@ def run_benchmark(spec: RunSpec) -> list[EvalPoint]:
             eval_seconds=spec.eval_seconds,
             max_seconds=spec.max_seconds,
         )
-        model = ALGOS[spec.algo](env_params["policy"], env, seed=spec.seed, device=spec.device, **params)
+        model = algo_class(spec.algo)(env_params["policy"], env, seed=spec.seed, device=spec.device, **params)
         model.learn(spec.steps or int(env_params["n_timesteps"]), callback=callback)
         eval_env.close()
         return callback.points

@@ -9,7 +9,6 @@ from typing import Any, ClassVar, TypeVar
 import gymnasium as gym
 import numpy as np
 import torch as th
-from gymnasium import spaces
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.policies import ActorCriticCnnPolicy, ActorCriticPolicy, BasePolicy, MultiInputActorCriticPolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
@@ -17,12 +16,11 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedul
 from sb3_impact.common.buffers import CircularBuffer, TrainingBatch
 from sb3_impact.common.collection import CollectorMixin
 from sb3_impact.common.distributions import check_action_space
+from sb3_impact.common.observations import check_observation_space
 from sb3_impact.common.policy_evaluation import MAX_LOG_RATIO
 from sb3_impact.common.vtrace import fold_truncation_bootstrap, vtrace
 
 SelfAsyncOnPolicyAlgorithm = TypeVar("SelfAsyncOnPolicyAlgorithm", bound="AsyncOnPolicyAlgorithm")
-
-SUPPORTED_OBSERVATION_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary, spaces.Dict)
 
 
 class AsyncOnPolicyAlgorithm(CollectorMixin, OnPolicyAlgorithm):
@@ -139,9 +137,7 @@ class AsyncOnPolicyAlgorithm(CollectorMixin, OnPolicyAlgorithm):
 
     def _setup_model(self) -> None:
         check_action_space(self.action_space)
-        if not isinstance(self.observation_space, SUPPORTED_OBSERVATION_SPACES):
-            names = ", ".join(space.__name__ for space in SUPPORTED_OBSERVATION_SPACES)
-            raise ValueError(f"Unsupported observation space {self.observation_space}: supported are {names}")
+        check_observation_space(self.observation_space)
         if not (isinstance(self.policy_class, type) and issubclass(self.policy_class, ActorCriticPolicy)):
             raise TypeError(f"policy must be an ActorCriticPolicy subclass, got {self.policy_class}")
         self._setup_lr_schedule()

@@ -16,7 +16,8 @@ from stable_baselines3.common.vec_env import VecEnv
 
 from sb3_impact.common.buffers import BehaviourRecordingMixin, BehaviourRolloutBuffer, DictBehaviourRolloutBuffer
 from sb3_impact.common.collection import CollectorMixin
-from sb3_impact.common.observations import concatenate_observations, merge_time_and_envs
+from sb3_impact.common.distributions import check_action_space
+from sb3_impact.common.observations import check_observation_space, concatenate_observations, merge_time_and_envs
 from sb3_impact.common.policy_evaluation import evaluate_in_chunks
 from sb3_impact.common.segments import Segment
 
@@ -72,6 +73,8 @@ class CollectorPPO(CollectorMixin, PPO):
             self._setup_model()
 
     def _setup_model(self) -> None:
+        check_observation_space(self.observation_space)
+        check_action_space(self.action_space)
         if self.rollout_buffer_class is None:
             dict_observations = isinstance(self.observation_space, spaces.Dict)
             self.rollout_buffer_class = DictBehaviourRolloutBuffer if dict_observations else BehaviourRolloutBuffer

@@ -5,11 +5,21 @@ from typing import Any
 
 import numpy as np
 import torch as th
+from gymnasium import spaces
 from stable_baselines3.common.type_aliases import TensorDict
 from stable_baselines3.common.utils import obs_as_tensor
 
 Observation = np.ndarray | dict[str, np.ndarray]
 TensorObservation = th.Tensor | TensorDict
+
+SUPPORTED_OBSERVATION_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary, spaces.Dict)
+
+
+def check_observation_space(observation_space: spaces.Space) -> None:
+    """Raise ``ValueError`` unless SB3's policies and the segments here can hold ``observation_space``."""
+    if not isinstance(observation_space, SUPPORTED_OBSERVATION_SPACES):
+        names = ", ".join(space.__name__ for space in SUPPORTED_OBSERVATION_SPACES)
+        raise ValueError(f"Unsupported observation space {observation_space}: supported are {names}")
 
 
 def stack_observations(observations: Sequence[Observation]) -> Observation:

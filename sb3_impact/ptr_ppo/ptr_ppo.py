@@ -10,7 +10,7 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedul
 
 from sb3_impact.common.buffers import TrainingBatch
 from sb3_impact.common.collector_ppo import CollectorPPO
-from sb3_impact.common.distributions import check_action_space, kl_from_params
+from sb3_impact.common.distributions import kl_from_params
 from sb3_impact.common.observations import index_observation
 from sb3_impact.common.policy_evaluation import MAX_LOG_RATIO, evaluate_in_chunks, evaluate_policy_and_values
 from sb3_impact.common.segments import Segment
@@ -230,13 +230,11 @@ class PTRPPO(CollectorPPO):
         self.priority = priority
         self.priority_alpha = priority_alpha
         self.eps_marg = eps_marg
-        if self.env is not None:
-            check_action_space(self.action_space)
-            if memory_size < self.effective_replay_batch:
-                raise ValueError(
-                    f"memory_size ({memory_size}) must be >= replay_batch ({self.effective_replay_batch}, "
-                    f"None means n_envs = {self.n_envs})"
-                )
+        if self.env is not None and memory_size < self.effective_replay_batch:
+            raise ValueError(
+                f"memory_size ({memory_size}) must be >= replay_batch ({self.effective_replay_batch}, "
+                f"None means n_envs = {self.n_envs})"
+            )
         self.replayed_segments = 0
         self.replay_updates = 0
         self._memory: TrajectoryMemory | None = None
