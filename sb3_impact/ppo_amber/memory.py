@@ -13,22 +13,7 @@ import torch as th
 from stable_baselines3.common.type_aliases import DictRolloutBufferSamples, RolloutBufferSamples
 
 from sb3_impact.common.buffers import BehaviourRolloutBuffer, DictBehaviourRolloutBuffer
-
-ObservationArray = np.ndarray | dict[str, np.ndarray]
-
-
-def _select(observations: ObservationArray, indices: np.ndarray) -> ObservationArray:
-    if isinstance(observations, dict):
-        return {key: value[indices] for key, value in observations.items()}
-    return observations[indices]
-
-
-def _concatenate(arrays: Sequence[ObservationArray]) -> ObservationArray:
-    if len(arrays) == 1:
-        return arrays[0]
-    if isinstance(arrays[0], dict):
-        return {key: np.concatenate([array[key] for array in arrays]) for key in arrays[0]}  # type: ignore[index]
-    return np.concatenate(arrays)  # type: ignore[arg-type]
+from sb3_impact.common.observations import Observation, concatenate_observations, index_observation
 
 
 @dataclass
@@ -41,7 +26,7 @@ class StoredBatch:
     ``advantages``, ``returns`` (value targets) and ``values`` are those computed at collection time.
     """
 
-    observations: ObservationArray
+    observations: Observation
     actions: np.ndarray
     values: np.ndarray
     log_probs: np.ndarray
@@ -58,7 +43,7 @@ class StoredBatch:
         """Copy a full behaviour-recording rollout buffer."""
         flatten = rollout_buffer.swap_and_flatten
         if isinstance(rollout_buffer.observations, dict):
-            observations: ObservationArray = {key: flatten(obs) for key, obs in rollout_buffer.observations.items()}
+            observations: Observation = {key: flatten(obs) for key, obs in rollout_buffer.observations.items()}
         else:
             observations = flatten(rollout_buffer.observations)
         return cls(
@@ -115,7 +100,7 @@ class BatchReplayMemory:
         if not batch_indices:
             raise ValueError("minibatches() needs at least one batch")
         batches = [self._batches[index] for index in batch_indices]
-        observations = _concatenate([batch.observations for batch in batches])
+        observations = concatenate_observations([batch.observations for batch in batches])
         actions = np.concatenate([batch.actions for batch in batches])
         values = np.concatenate([batch.values for batch in batches])
         log_probs = np.concatenate([batch.log_probs for batch in batches])
@@ -130,7 +115,7 @@ class BatchReplayMemory:
 
         for start in range(0, n_samples, minibatch_size):
             chosen = indices[start : start + minibatch_size]
-            selected = _select(observations, chosen)
+            selected = index_observation(observations, chosen)
             tensors = (
                 to_torch(actions[chosen]),
                 to_torch(values[chosen]),
