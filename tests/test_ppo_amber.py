@@ -186,7 +186,7 @@ def test_short_learn_uses_the_replay_and_logs(env_id, adaptive):
     assert [record["train/policy_lag"] for record in train_records[:-1]] == [0.0] * 5  # synchronous: never stale
     for key in ["replay_samples", "replay_ratio_min", "replay_ratio_mean", "replay_ratio_max", "batch_drop_factor"]:
         assert f"train/{key}" in train_records[-1]
-    for key in ["policy_gradient_loss", "value_loss", "entropy_loss", "approx_kl", "clip_fraction", "clip_range"]:
+    for key in ["policy_gradient_loss", "value_loss", "entropy_loss", "approx_kl", "clip_fraction", "is_ratio_mean"]:
         assert f"train/{key}" in train_records[-1]
     active = [record["train/active_batches"] for record in train_records]
     if adaptive:

@@ -442,7 +442,8 @@ def test_logs_the_ptr_ppo_and_ppo_keys():
     model.learn(32)
     logged = writer.records[-1]  # written when learn() ends
     assert logged["collector/sampled_steps"] == logged["collector/trained_steps"] == 32
-    for key in ["priority_mean", "priority_max", "rho_marg_mean", "replay_loss", "policy_gradient_loss", "approx_kl"]:
+    keys = ["priority_mean", "priority_max", "rho_marg_mean", "replay_loss", "policy_gradient_loss", "approx_kl"]
+    for key in [*keys, "replay_policy_gradient_loss", "replay_is_ratio_mean", "replay_is_ratio_max"]:
         assert f"train/{key}" in logged and np.isfinite(logged[f"train/{key}"]), key
 
 

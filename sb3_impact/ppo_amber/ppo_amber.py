@@ -291,6 +291,7 @@ class PPOAMBER(CollectorPPO):
 
         entropy_losses = []
         pg_losses, value_losses = [], []
+        is_ratio_means, is_ratio_max = [], 0.0
         clip_fractions = []
 
         continue_training = True
@@ -317,6 +318,8 @@ class PPOAMBER(CollectorPPO):
                 policy_loss = -th.min(policy_loss_1, policy_loss_2).mean()
 
                 pg_losses.append(policy_loss.item())
+                is_ratio_means.append(ratio.mean().item())
+                is_ratio_max = max(is_ratio_max, ratio.max().item())
                 clip_fraction = th.mean((th.abs(ratio - 1) > clip_range).float()).item()
                 clip_fractions.append(clip_fraction)
 
@@ -364,6 +367,8 @@ class PPOAMBER(CollectorPPO):
         self.logger.record("train/policy_gradient_loss", np.mean(pg_losses))
         self.logger.record("train/value_loss", np.mean(value_losses))
         self.logger.record("train/approx_kl", np.mean(approx_kl_divs))
+        self.logger.record("train/is_ratio_mean", float(np.mean(is_ratio_means)))
+        self.logger.record("train/is_ratio_max", is_ratio_max)
         self.logger.record("train/clip_fraction", np.mean(clip_fractions))
         self.logger.record("train/loss", loss.item())
         self.logger.record("train/explained_variance", explained_var)

@@ -323,7 +323,7 @@ class PTRPPO(CollectorPPO):
                 for name, value in self._replay_round().items():
                     stats.setdefault(name, []).append(value)
         for name, values in stats.items():
-            self.logger.record(f"train/{name}", float(np.mean(values)))
+            self.logger.record(f"train/{name}", float(np.max(values) if name.endswith("_max") else np.mean(values)))
         filled = memory.filled_slots()
         if len(filled):
             self.logger.record("train/priority_mean", float(memory.priorities[filled].mean()))
@@ -350,7 +350,8 @@ class PTRPPO(CollectorPPO):
         clip_range = self.clip_range(self._current_progress_remaining)  # type: ignore[operator]
         self.policy.set_training_mode(True)
         size = advantages.shape[0]
-        losses, policy_losses, value_losses, entropy_losses, clip_fractions, kls = [], [], [], [], [], []
+        losses, policy_losses, value_losses, entropy_losses, clip_fractions, kls, ratio_means = [], [], [], [], [], [], []
+        ratio_max = 0.0
         permutation = th.as_tensor(self._replay_rng.permutation(size), device=self.device)
         for start in range(0, size, self.batch_size):
             indices = permutation[start : start + self.batch_size]
@@ -379,8 +380,10 @@ class PTRPPO(CollectorPPO):
             with th.no_grad():
                 kl = kl_from_params(self.action_space, scored["behaviour_params"][indices], distribution).mean()
                 clip_fraction = (th.abs(ratio - 1) > clip_range).float().mean()
-                values_logged = th.stack([loss, policy_loss, value_loss, entropy_loss, clip_fraction, kl]).tolist()
-            stores = (losses, policy_losses, value_losses, entropy_losses, clip_fractions, kls)
+                statistics = [loss, policy_loss, value_loss, entropy_loss, clip_fraction, kl, ratio.mean(), ratio.max()]
+                values_logged = th.stack(statistics).tolist()
+            ratio_max = max(ratio_max, values_logged.pop())
+            stores = (losses, policy_losses, value_losses, entropy_losses, clip_fractions, kls, ratio_means)
             for store, value in zip(stores, values_logged, strict=True):
                 store.append(value)
 
@@ -389,11 +392,13 @@ class PTRPPO(CollectorPPO):
         self.replayed_segments += len(slots)
         return {
             "replay_loss": float(np.mean(losses)),
-            "replay_policy_loss": float(np.mean(policy_losses)),
+            "replay_policy_gradient_loss": float(np.mean(policy_losses)),
             "replay_value_loss": float(np.mean(value_losses)),
             "replay_entropy_loss": float(np.mean(entropy_losses)),
             "replay_clip_fraction": float(np.mean(clip_fractions)),
             "replay_kl": float(np.mean(kls)),
+            "replay_is_ratio_mean": float(np.mean(ratio_means)),
+            "replay_is_ratio_max": ratio_max,
             "rho_marg_mean": float(rho_marg.mean()),
             "rho_marg_max": float(rho_marg.max()),
         }
