@@ -1,15 +1,25 @@
-"""V-RACER with ReF-ER: estimators against slow references written from the paper, memory, save/load, bad input."""
+"""
+V-RACER with ReF-ER: estimators against slow references written from the paper, memory, save/load, bad input,
+asynchronous collection.
+"""
 
 import math
+import multiprocessing
+import threading
+import time
 import zipfile
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch as th
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.logger import KVWriter, Logger
+from stable_baselines3.common.type_aliases import TrainFreq, TrainFrequencyUnit
 
 from sb3_impact import VRACER
+from sb3_impact.common.collectors import CollectorError
 from sb3_impact.common.vtrace import vtrace
 from sb3_impact.vracer.memory import EpisodeReplayMemory
 from sb3_impact.vracer.refer import (
@@ -23,7 +33,9 @@ from sb3_impact.vracer.refer import (
     update_beta,
 )
 from sb3_impact.vracer.retrace import retrace_q_ret, v_tbc
-from sb3_impact.vracer.vracer import refer_vracer_loss
+from sb3_impact.vracer.vracer import async_segment_steps, refer_vracer_loss
+
+from .conftest import collector_processes, collector_threads
 
 GAMMA = 0.9
 
@@ -516,3 +528,228 @@ def test_bad_input_names_the_parameter(kwargs, name):
 def test_discrete_action_space_is_refused():
     with pytest.raises(ValueError, match="action space"):
         VRACER("MlpPolicy", "CartPole-v1")
+
+
+# --- asynchronous collection ------------------------------------------------------------------------
+
+ASYNC_MODES = [dict(collector="thread"), dict(collector="process")]
+ASYNC_IDS = ["thread", "process"]
+PENDULUM_DT = 0.05
+
+
+def async_model(seed=0, **kwargs):
+    return small_model(seed=seed, async_collection=True, train_freq=4, **kwargs)
+
+
+def assert_pendulum_memory_is_consistent(memory):
+    """
+    Every stored step obeys Pendulum's reward and dynamics: ``r_t`` from ``s_t`` and the clipped action, and
+    ``theta_{t+1} = theta_t + thetadot_{t+1} dt`` between consecutive steps of an episode and towards the
+    ``s_T`` of truncated episodes. Misaligned rewards, actions or observations, or a gap inside an episode,
+    break it.
+    """
+    slots = memory.ordered_slots()
+    obs = memory.observations[""][slots].astype(np.float64)
+    theta, thetadot = np.arctan2(obs[:, 1], obs[:, 0]), obs[:, 2]
+    torque = 2.0 * np.clip(memory.actions[slots, 0].astype(np.float64), -1.0, 1.0)
+    expected_rewards = -(theta**2 + 0.1 * thetadot**2 + 0.001 * torque**2)
+    np.testing.assert_allclose(memory.rewards[slots], expected_rewards, rtol=1e-4, atol=1e-3)
+
+    def angle_step(before, after):
+        return np.angle(np.exp(1j * (after - before)))
+
+    same_episode = ~memory.is_last[slots][:-1]
+    np.testing.assert_allclose(
+        angle_step(theta[:-1], theta[1:])[same_episode], PENDULUM_DT * thetadot[1:][same_episode], atol=1e-4
+    )
+    truncated = [episode for episode in memory.episodes if episode.truncated]
+    assert all(episode.final_observation is not None for episode in truncated)
+    for episode in truncated:
+        last = memory.observations[""][(episode.start + episode.length - 1) % memory.capacity].astype(np.float64)
+        final = np.asarray(episode.final_observation, dtype=np.float64)
+        step = angle_step(np.arctan2(last[1], last[0]), np.arctan2(final[1], final[0]))
+        assert step == pytest.approx(PENDULUM_DT * final[2], abs=1e-4)
+
+
+class CollectorWatch(BaseCallback):
+    """Records whether a collector thread or child process was running while training."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen_thread = self.seen_process = False
+
+    def _on_step(self) -> bool:
+        self.seen_thread |= bool(collector_threads())
+        self.seen_process |= bool(multiprocessing.active_children())
+        return True
+
+
+@pytest.mark.parametrize("mode", ASYNC_MODES, ids=ASYNC_IDS)
+def test_async_learn_trains_stores_every_step_and_logs_the_policy_lag(mode):
+    model = async_model(**mode)
+    writer = RecordingWriter()
+    model.set_logger(Logger(folder=None, output_formats=[writer]))
+    model.learn(800, log_interval=5)
+    assert model.num_timesteps == 800
+    # gradient_steps=-1: one per env step of each segment stored once 300 steps were collected (300, 304, ..., 800)
+    assert model._n_updates == 800 - 300 + 4
+    assert model.sampled_steps == model.trained_steps + model.dropped_steps
+    assert model.trained_steps == 800
+    memory = model.replay_buffer
+    assert len(memory) == 800 and memory.n_staged_steps == 0 and memory.n_steps_dropped == 0
+    assert [episode.length for episode in memory.episodes] == [200] * 4
+    assert_pendulum_memory_is_consistent(memory)
+    # the stored rewards are the raw ones: each episode's sum is Monitor's return
+    returns = [episode["r"] for episode in model.ep_info_buffer]
+    sums = [memory.rewards[episode.start : episode.start + episode.length].sum() for episode in memory.episodes]
+    np.testing.assert_allclose(sums, returns, rtol=1e-4)
+    assert bool(model.policy.obs_standardizer.initialized)
+    assert all(th.all(th.isfinite(parameter)) for parameter in model.policy.parameters())
+
+    lags = [record["train/policy_lag"] for record in writer.records if "train/policy_lag" in record]
+    assert len(lags) >= 800 // 4 // 5 and all(0 <= lag <= model._n_updates for lag in lags)
+    keys = {key for record in writer.records for key in record}
+    assert {"train/beta", "train/policy_lag_max", "collector/sampled_steps", "collector/trained_steps"} <= keys
+    assert "collector/dropped_steps" in writer.records[-1]
+
+
+def test_sync_memory_passes_the_same_consistency_check():
+    model = small_model(train_freq=4)
+    model.learn(800)
+    assert_pendulum_memory_is_consistent(model.replay_buffer)
+    assert model.sampled_steps == model.trained_steps == 800 and model.dropped_steps == 0  # SB3 trains on every step
+
+
+@pytest.mark.parametrize("mode", ASYNC_MODES, ids=ASYNC_IDS)
+def test_async_learn_leaves_no_collector_and_continues_without_gaps(mode):
+    model = async_model(**mode)
+    watch = CollectorWatch()
+    model.learn(500, callback=watch)
+    if mode["collector"] == "thread":
+        assert watch.seen_thread and not watch.seen_process
+    else:
+        assert watch.seen_process
+    assert collector_threads() == [] and multiprocessing.active_children() == []
+    assert not any(thread.name == "sb3-impact-collector" for thread in threading.enumerate())
+    updates = model._n_updates
+    model.learn(300, reset_num_timesteps=False)  # the episodes the collector ran past were closed: no gap
+    assert collector_threads() == [] and multiprocessing.active_children() == []
+    assert model.num_timesteps == 800 and model._n_updates == updates + 300
+    assert model.sampled_steps == model.trained_steps + model.dropped_steps
+    memory = model.replay_buffer
+    assert len(memory) + memory.n_staged_steps == 800 and memory.n_steps_dropped == 0
+    assert_pendulum_memory_is_consistent(memory)
+
+
+def test_async_callback_stop_drops_the_segment_and_closes_the_episode():
+    class StopAt(BaseCallback):
+        def _on_step(self) -> bool:
+            return self.num_timesteps < 350
+
+    model = async_model()
+    model.learn(10_000, callback=StopAt())
+    assert 350 <= model.num_timesteps < 360
+    assert model.dropped_steps > 0 and model.sampled_steps == model.trained_steps + model.dropped_steps
+    assert len(model.replay_buffer) == model.trained_steps and model.replay_buffer.n_staged_steps == 0
+    assert_pendulum_memory_is_consistent(model.replay_buffer)
+
+
+@pytest.mark.parametrize(
+    "train_freq",
+    [(1, "episode"), (2, "episode"), TrainFreq(1, TrainFrequencyUnit.EPISODE), (4, "fortnight"), 0, (1,)],
+)
+def test_async_needs_train_freq_in_steps(train_freq):
+    with pytest.raises(ValueError, match="train_freq"):
+        VRACER("MlpPolicy", "Pendulum-v1", async_collection=True, train_freq=train_freq)
+    model = small_model(train_freq=(1, "episode"))  # fine synchronously; refused by an asynchronous learn()
+    model.async_collection = True
+    with pytest.raises(ValueError, match="train_freq"):
+        model.learn(100)
+
+
+def test_async_segment_steps_accepts_step_units():
+    assert async_segment_steps(8) == async_segment_steps((8, "step")) == 8
+    assert async_segment_steps(TrainFreq(3, TrainFrequencyUnit.STEP)) == 3
+
+
+def test_ray_collector_and_bad_collection_parameters_are_refused():
+    with pytest.raises(ValueError, match="collector"):
+        VRACER("MlpPolicy", "Pendulum-v1", async_collection=True, collector="ray")
+    with pytest.raises(ValueError, match="collector"):
+        VRACER("MlpPolicy", "Pendulum-v1", async_collection=True, collector="pigeon")
+    with pytest.raises(ValueError, match="collector_queue_size"):
+        VRACER("MlpPolicy", "Pendulum-v1", async_collection=True, collector_queue_size=0)
+    with pytest.raises(ValueError, match="num_workers"):
+        VRACER("MlpPolicy", "Pendulum-v1", async_collection=True, num_workers=2)
+
+
+def test_policy_behaviour_sampling_for_the_collector():
+    model = small_model()
+    policy = model.policy
+    obs = th.as_tensor(np.random.default_rng(8).uniform(-1, 1, size=(500, 3)), dtype=th.float32)
+    with th.no_grad():
+        th.manual_seed(0)
+        actions, log_probs, params = policy.sample_behaviour(obs)
+        th.manual_seed(0)
+        expected_actions, expected_params, _ = policy.act(obs)
+    th.testing.assert_close(actions, expected_actions)
+    th.testing.assert_close(params, expected_params)
+    mean, log_std = params.chunk(2, dim=1)
+    th.testing.assert_close(log_probs, diag_gaussian_log_prob(actions, mean, log_std))
+    env_actions = policy.env_actions(actions.numpy())
+    np.testing.assert_allclose(env_actions, 2.0 * np.clip(actions.numpy(), -1, 1), atol=1e-6)
+    assert (np.abs(actions.numpy()) > 1).any() and np.abs(env_actions).max() <= 2.0
+
+
+def test_async_model_save_and_load_round_trip(tmp_path):
+    model = async_model(collector="process", collector_queue_size=2)
+    model.learn(400)
+    model.save(tmp_path / "model.zip")
+    with zipfile.ZipFile(tmp_path / "model.zip") as archive:
+        data = archive.read("data").decode()
+    assert '"_collector"' not in data and '"replay_buffer":' not in data
+    loaded = VRACER.load(tmp_path / "model.zip", env=make_vec_env("Pendulum-v1", n_envs=1, seed=1), device="cpu")
+    assert loaded.async_collection and loaded.collector == "process" and loaded.collector_queue_size == 2
+    assert loaded.train_freq == model.train_freq and loaded._n_updates == model._n_updates
+    observations = np.random.default_rng(9).uniform(-1, 1, size=(10, 3)).astype(np.float32)
+    np.testing.assert_array_equal(
+        loaded.predict(observations, deterministic=True)[0], model.predict(observations, deterministic=True)[0]
+    )
+    loaded.learn(400)  # a fresh memory: learning_starts again
+    assert loaded._n_updates > model._n_updates and loaded.sampled_steps == loaded.trained_steps + loaded.dropped_steps
+
+
+class CrashingPendulum(gym.Wrapper):
+    """Pendulum-v1 whose step raises after ``crash_after`` steps."""
+
+    def __init__(self, crash_after: int) -> None:
+        super().__init__(gym.make("Pendulum-v1"))
+        self.crash_after, self.steps = crash_after, 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps >= self.crash_after:
+            raise RuntimeError("environment exploded")
+        return super().step(action)
+
+
+@pytest.mark.parametrize("mode", ASYNC_MODES, ids=ASYNC_IDS)
+def test_async_env_crash_ends_learn_promptly_with_collector_error(mode):
+    env = make_vec_env(lambda: CrashingPendulum(crash_after=150), n_envs=1)
+    model = VRACER("MlpPolicy", env, async_collection=True, train_freq=4, **{**SMALL, "learning_starts": 100}, **mode)
+    start = time.monotonic()
+    with pytest.raises(CollectorError) as error_info:
+        model.learn(10_000)
+    assert time.monotonic() - start < 10
+    assert "environment exploded" in str(error_info.value.__cause__)
+    assert collector_threads() == [] and collector_processes() == []
+    assert model._last_obs is None and model.replay_buffer.n_staged_steps == 0
+
+
+@pytest.mark.skipif(not th.cuda.is_available(), reason="needs a CUDA device")
+def test_async_learner_on_gpu_with_cpu_collector():
+    model = async_model(device="cuda")
+    model.learn(500)
+    assert model.policy.device.type == "cuda" and model._n_updates > 0
+    assert model.sampled_steps == model.trained_steps + model.dropped_steps
+    assert_pendulum_memory_is_consistent(model.replay_buffer)

@@ -28,6 +28,8 @@ from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
 from torch import nn
 from torch.nn import functional as F
 
+from sb3_impact.vracer.refer import diag_gaussian_log_prob
+
 TRUNCATION_STDS = 3.0
 STANDARDIZATION_EPSILON = 1e-7  # appendix B
 
@@ -199,6 +201,22 @@ class VRACERPolicy(BasePolicy):
         """Behaviour step: ``(sampled action, behaviour parameters [mean, log_std], V(s))``."""
         mean, log_std, values = self.forward_parts(obs)
         return self.sample_actions(mean, log_std), th.cat([mean, log_std], dim=1), values
+
+    def sample_behaviour(self, obs: PyTorchObs) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
+        """
+        What a collector's sampler stores: ``(actions [n, d], log mu(a|s) [n], behaviour parameters [n, 2d])``.
+
+        The actions are the stored (unclipped) samples of :meth:`act`; their log-probability is that of the
+        untruncated Gaussian, as in the loss; the parameters are ``[mean, log_std]``.
+        """
+        actions, params, _ = self.act(obs)
+        mean, log_std = params.chunk(2, dim=1)
+        return actions, diag_gaussian_log_prob(actions, mean, log_std), params
+
+    def env_actions(self, actions: np.ndarray) -> np.ndarray:
+        """What the environment is stepped with: the stored actions clipped to [-1, 1] and unscaled to its bounds."""
+        actions = np.asarray(actions).reshape((-1, *self.action_space.shape))
+        return self.unscale_action(np.clip(actions, -1.0, 1.0))
 
     def predict_values(self, obs: PyTorchObs) -> th.Tensor:
         return self.forward_parts(obs)[2]

@@ -3,8 +3,11 @@
 import io
 import math
 import pathlib
+import warnings
+from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
+import gymnasium as gym
 import numpy as np
 import torch as th
 from gymnasium import spaces
@@ -14,10 +17,21 @@ from stable_baselines3.common.noise import ActionNoise
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.save_util import load_from_pkl
-from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
+from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule, TrainFrequencyUnit
 from stable_baselines3.common.utils import obs_as_tensor, update_learning_rate
 
-from sb3_impact.common.observations import Observation, stack_observations
+from sb3_impact.common.collection import CollectorMixin
+from sb3_impact.common.observations import (
+    Observation,
+    check_finite_step,
+    check_observation_space,
+    concatenate_observations,
+    index_observation,
+    map_observation,
+    merge_time_and_envs,
+    stack_observations,
+)
+from sb3_impact.common.segments import Segment
 from sb3_impact.vracer.memory import EpisodeReplayMemory
 from sb3_impact.vracer.policies import CnnPolicy, MlpPolicy, MultiInputPolicy, VRACERPolicy
 from sb3_impact.vracer.refer import (
@@ -48,6 +62,27 @@ def check_refer_rules(refer_rules: Any) -> tuple[int, ...]:
     if any(isinstance(rule, bool) or rule not in (1, 2) for rule in rules) or len(set(rules)) != len(rules):
         raise ValueError(message)
     return tuple(sorted(int(rule) for rule in rules))
+
+
+def async_segment_steps(train_freq: Any) -> int:
+    """
+    The vector steps of one collected segment with asynchronous collection: ``train_freq`` (an int, a
+    ``(n, "step")`` tuple or SB3's ``TrainFreq``). ValueError naming ``train_freq`` otherwise: a collector
+    cuts the stream into fixed-length segments, so episode units are not supported.
+    """
+    frequency, unit = train_freq if isinstance(train_freq, tuple) and len(train_freq) == 2 else (train_freq, "step")
+    try:
+        is_step = TrainFrequencyUnit(unit) is TrainFrequencyUnit.STEP
+    except ValueError:
+        is_step = False
+    if not is_step:
+        raise ValueError(
+            f"train_freq must count steps (an int or (n, 'step')) with async_collection=True, got {train_freq!r}: "
+            "the collector delivers segments of train_freq vector steps"
+        )
+    if isinstance(frequency, bool) or not isinstance(frequency, (int, np.integer)) or frequency < 1:
+        raise ValueError(f"train_freq must be a positive number of steps, got {train_freq!r}")
+    return int(frequency)
 
 
 def refer_vracer_loss(
@@ -104,7 +139,7 @@ def refer_vracer_loss(
     return loss, parts
 
 
-class VRACER(OffPolicyAlgorithm):
+class VRACER(CollectorMixin, OffPolicyAlgorithm):
     """
     V-RACER (off-policy actor-critic with Retrace / V-tbc) trained with ReF-ER.
 
@@ -116,8 +151,14 @@ class VRACER(OffPolicyAlgorithm):
     penalty ``grad KL(mu || pi)`` on every sample (rule 2, eqs. 10-12). ``c_max`` and the learning rate
     are annealed with the environment step (eq. 13).
 
+    With ``async_collection=True`` a collector (a background thread or a forked process) steps the
+    environments with a CPU copy of the policy while the learner trains: every segment of ``train_freq``
+    vector steps enters the memory, then ``gradient_steps`` gradient steps run and the new weights are
+    broadcast to the collector (see :meth:`learn`).
+
     :param policy: The policy model to use (MlpPolicy, CnnPolicy, MultiInputPolicy, or a VRACERPolicy subclass)
-    :param env: The environment to learn from (if registered in Gym, can be str); Box action spaces only
+    :param env: The environment to learn from (if registered in Gym, can be str, or a factory returning a
+        ``gymnasium.Env``); Box action spaces only
     :param learning_rate: eta, a constant or a schedule of the remaining progress (1 to 0); the effective rate is
         ``learning_rate(progress) / (1 + refer_a * t)`` (eq. 13)
     :param buffer_size: N, the number of steps the replay memory holds (paper: 2^18)
@@ -126,7 +167,8 @@ class VRACER(OffPolicyAlgorithm):
         (V-RACER needs the behaviour mu of every stored action)
     :param batch_size: B, steps per gradient step (paper: 256)
     :param gamma: Discount factor (paper: 0.995)
-    :param train_freq: Update the model every ``train_freq`` steps (or ``(n, "episode")``)
+    :param train_freq: Update the model every ``train_freq`` steps (or ``(n, "episode")``, synchronous only);
+        with asynchronous collection, the vector steps of each collected segment
     :param gradient_steps: Gradient steps after each rollout; -1 (default) gives one gradient step per
         environment step (F = 1 in the paper) whatever the number of environments
     :param refer_c: C of ``c_max(t) = 1 + C / (1 + A t)`` (paper: 4)
@@ -138,6 +180,17 @@ class VRACER(OffPolicyAlgorithm):
         V and rho (and of the reward scale); sampled steps also update Q_ret one step back at once
     :param standardize_states: standardise observations with the replay-memory mean and std (appendix B)
     :param scale_rewards: divide rewards by ``sqrt(E[r^2])`` over the replay memory (appendix B)
+    :param async_collection: collect in the background (``collector``) while the learner trains; False keeps
+        SB3's synchronous off-policy loop (collect ``train_freq`` steps, then train)
+    :param collector: the background collector with ``async_collection=True``: ``"thread"`` (a thread of this
+        process) or ``"process"`` (a forked process; the environments are reset at every ``learn()``).
+        ``"ray"`` is refused: the episode memory needs contiguous steps per environment, which segments from
+        several Ray workers do not identify
+    :param collector_queue_size: segments the collector may be ahead of the learner (counting the one it
+        is collecting); 1 overlaps the collection of the next segment with training on the current one
+    :param num_workers: Ray workers (``collector="ray"`` only, which V-RACER refuses); must be None
+    :param envs_per_worker: environments per Ray worker (``collector="ray"`` only); must be None
+    :param ray_address: the Ray cluster address (``collector="ray"`` only); must be None
     :param stats_window_size: Window size for the rollout logging (episodes)
     :param tensorboard_log: the log location for tensorboard (if None, no logging)
     :param policy_kwargs: additional arguments to be passed to the policy on creation
@@ -154,11 +207,14 @@ class VRACER(OffPolicyAlgorithm):
     }
     policy: VRACERPolicy
     replay_buffer: EpisodeReplayMemory  # type: ignore[assignment]
+    # One gradient step per env step: with all cores the learner's intra-op threads starve the collector thread
+    # (2-core machine, thread collector, 3000 steps of the Pendulum yml: 34-117 s uncapped, 13-15 s capped).
+    thread_collector_limits_threads = True
 
     def __init__(
         self,
         policy: str | type[VRACERPolicy],
-        env: GymEnv | str,
+        env: GymEnv | str | Callable[[], gym.Env],
         learning_rate: float | Schedule = 1e-4,
         buffer_size: int = 2**18,
         learning_starts: int = 10_000,
@@ -173,6 +229,12 @@ class VRACER(OffPolicyAlgorithm):
         retrace_interval: int = 100,
         standardize_states: bool = True,
         scale_rewards: bool = True,
+        async_collection: bool = False,
+        collector: str = "thread",
+        collector_queue_size: int = 1,
+        num_workers: int | None = None,
+        envs_per_worker: int | None = None,
+        ray_address: str | None = None,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
@@ -198,6 +260,17 @@ class VRACER(OffPolicyAlgorithm):
             raise ValueError(f"gamma must be in (0, 1], got {gamma}")
         if learning_starts < 0:
             raise ValueError(f"learning_starts must be non-negative, got {learning_starts}")
+        if collector == "ray":
+            raise ValueError(
+                "collector='ray' is not supported by VRACER: its episode memory stages every environment's steps "
+                "until the episode ends, and segments from several Ray workers do not say which worker's "
+                "environments they come from; use collector='thread' or 'process'"
+            )
+        env = self._init_collection(
+            env, async_collection, collector, collector_queue_size, num_workers, envs_per_worker, ray_address
+        )
+        if self.async_collection:
+            async_segment_steps(train_freq)
         super().__init__(
             policy,
             env,
@@ -220,6 +293,8 @@ class VRACER(OffPolicyAlgorithm):
             use_sde=False,
             sde_support=False,
         )
+        if env is not None:
+            check_observation_space(self.observation_space)
         if env is not None and not (isinstance(self.action_space, spaces.Box) and len(self.action_space.shape) == 1):
             raise ValueError(
                 f"Unsupported action space {self.action_space}: V-RACER needs a one-dimensional Box action space "
@@ -236,6 +311,7 @@ class VRACER(OffPolicyAlgorithm):
         self.skipped_gradient_steps = 0
         self._memory_estimates_stale = True
         self._last_behaviour: tuple[np.ndarray, np.ndarray] | None = None
+        self._policy_lags: list[int] = []  # asynchronous learn(): one per segment, since the last log dump
         if _init_setup_model:
             self._setup_model()
 
@@ -252,7 +328,12 @@ class VRACER(OffPolicyAlgorithm):
         self._convert_train_freq()
 
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "_last_behaviour"]
+        return [
+            *super()._excluded_save_params(),
+            *self._collection_excluded_save_params(),
+            "_last_behaviour",
+            "_policy_lags",
+        ]
 
     @property
     def c_max(self) -> float:
@@ -275,13 +356,16 @@ class VRACER(OffPolicyAlgorithm):
             actions, params, values = self.policy.act(obs_tensor)
         self._last_behaviour = (params.cpu().numpy(), values.cpu().numpy())
         buffer_actions = actions.cpu().numpy().reshape((-1, *self.action_space.shape))
-        env_actions = self.policy.unscale_action(np.clip(buffer_actions, -1.0, 1.0))
-        return env_actions, buffer_actions
+        return self.policy.env_actions(buffer_actions), buffer_actions
 
-    def _values_of(self, observations: list[Observation]) -> np.ndarray:
-        obs_tensor, _ = self.policy.obs_to_tensor(stack_observations(observations))
+    def _batch_values(self, observations: Observation) -> np.ndarray:
+        """``V`` of a batch of observations (stacked along the first axis) under the learner's policy."""
+        obs_tensor, _ = self.policy.obs_to_tensor(observations)
         with th.no_grad():
             return self.policy.predict_values(obs_tensor).cpu().numpy().reshape(-1)
+
+    def _values_of(self, observations: list[Observation]) -> np.ndarray:
+        return self._batch_values(stack_observations(observations))
 
     def _store_transition(
         self,
@@ -299,6 +383,7 @@ class VRACER(OffPolicyAlgorithm):
         ones; V-RACER standardises states itself, so one is not needed); the rewards are the original ones.
         """
         assert self._last_behaviour is not None
+        check_finite_step(new_obs, reward, "collection")
         rewards = self._vec_normalize_env.get_original_reward() if self._vec_normalize_env is not None else reward
         n_envs = len(dones)
         truncateds = np.array([bool(info.get("TimeLimit.truncated", False)) for info in infos])
@@ -325,6 +410,47 @@ class VRACER(OffPolicyAlgorithm):
             new_obs,
         )
         self._last_obs = new_obs  # type: ignore[assignment]
+
+    def _store_segment(self, segment: Segment) -> None:
+        """
+        Stage every step of a collected segment in the memory, as :meth:`_store_transition` does for one step.
+
+        ``V(s_t)`` of the whole segment and ``V(s_T)`` of its truncated episodes come from one batched forward
+        pass of the learner's current policy. The rewards are those the sampler saw: with a VecNormalize
+        that normalises rewards, the normalised ones (the original ones are not recorded per step).
+        """
+        n_steps, n_envs, size = segment.n_steps, segment.n_envs, segment.size
+        indices = segment.final_observation_indices
+        observations = map_observation(segment.observations, merge_time_and_envs)
+        if len(indices):
+            assert segment.final_observations is not None
+            observations = concatenate_observations([observations, segment.final_observations])
+        all_values = self._batch_values(observations)
+        values = all_values[:size].reshape(n_steps, n_envs)
+        finals_at: dict[int, list[tuple[int, int]]] = {}
+        for index, (step, env_index) in enumerate(indices.tolist()):
+            finals_at.setdefault(step, []).append((env_index, index))
+        dones = segment.dones
+        for step in range(n_steps):
+            final_observations: list[Observation | None] = [None] * n_envs
+            final_values = np.zeros(n_envs, dtype=np.float32)
+            for env_index, index in finals_at.get(step, ()):
+                final_observation = index_observation(segment.final_observations, index)
+                final_observations[env_index] = map_observation(final_observation, np.array)  # a copy, not a view
+                final_values[env_index] = all_values[size + index]
+            self.replay_buffer.add(
+                index_observation(segment.observations, step),
+                segment.actions[step],
+                segment.rewards[step],
+                segment.behaviour_params[step],
+                values[step],
+                dones[step],
+                segment.truncations[step],
+                final_observations,
+                final_values,
+                segment.observation_after(step),
+            )
+            self._on_step()
 
     def _setup_learn(
         self,
@@ -439,11 +565,82 @@ class VRACER(OffPolicyAlgorithm):
         reset_num_timesteps: bool = True,
         progress_bar: bool = False,
     ) -> SelfVRACER:
-        return super().learn(
-            total_timesteps=total_timesteps,
-            callback=callback,
-            log_interval=log_interval,
-            tb_log_name=tb_log_name,
-            reset_num_timesteps=reset_num_timesteps,
-            progress_bar=progress_bar,
+        """
+        SB3's off-policy loop, or with ``async_collection=True`` this one: the collector delivers segments of
+        ``train_freq`` vector steps; each goes through the callbacks and into the memory, then (once
+        ``learning_starts`` steps were collected) ``gradient_steps`` gradient steps run (-1: one per environment
+        step of the segment) and the weights are broadcast to the collector. Logs are dumped every
+        ``log_interval`` segments, with ``train/policy_lag``: the learner's updates between the weights that
+        collected a segment and the moment it was stored.
+        """
+        if not self.async_collection:
+            # SB3's loop trains on every step it collects: sampled = trained, nothing dropped.
+            first_step = 0 if reset_num_timesteps else self.num_timesteps
+            try:
+                return super().learn(
+                    total_timesteps=total_timesteps,
+                    callback=callback,
+                    log_interval=log_interval,
+                    tb_log_name=tb_log_name,
+                    reset_num_timesteps=reset_num_timesteps,
+                    progress_bar=progress_bar,
+                )
+            finally:
+                self.sampled_steps = self.trained_steps = self.num_timesteps - first_step
+                self.dropped_steps = 0
+        segment_steps = async_segment_steps(self.train_freq)
+        total_timesteps, callback = self._setup_learn(
+            total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
         )
+        assert self.env is not None
+        if self.collector != "thread":  # the collector resets its copy of the environments: no episode goes on
+            self.replay_buffer.close_staged_episodes(self._values_of)
+        if self._vec_normalize_env is not None and self._vec_normalize_env.norm_reward:
+            warnings.warn(
+                "VRACER with async_collection=True stores the rewards normalised by VecNormalize (the original "
+                "ones are not recorded per step); V-RACER scales rewards itself: use norm_reward=False",
+                UserWarning,
+                stacklevel=2,
+            )
+        self._policy_lags = []
+        n_segments = 0
+        try:
+            with self._collecting(segment_steps) as collector:
+                callback.on_training_start(locals(), globals())
+                while self.num_timesteps < total_timesteps:
+                    segment = collector.get_segment()
+                    if not self._replay_callbacks(segment, callback):
+                        break
+                    n_segments += 1
+                    self._episode_num += int(segment.dones.sum())
+                    self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
+                    self._current_progress_remaining = max(self._current_progress_remaining, 0.0)  # last may overshoot
+                    self._policy_lags.append(self._n_updates - segment.policy_version)
+                    self._store_segment(segment)
+                    self.trained_steps += segment.size
+                    if self.num_timesteps >= self.learning_starts:
+                        gradient_steps = self.gradient_steps if self.gradient_steps >= 0 else segment.size
+                        if gradient_steps > 0:
+                            self.train(gradient_steps=gradient_steps, batch_size=self.batch_size)
+                            collector.broadcast(self.policy.state_dict(), self._n_updates)
+                    if log_interval is not None and n_segments % log_interval == 0:
+                        self._record_policy_lag()
+                        self._log_collection_counters()
+                        self.dump_logs()
+        finally:
+            # The collector's environments went on past the last stored step (segments in flight, dropped) or
+            # will be reset: end the running episodes as truncated, so that no episode gets a gap.
+            if self.dropped_steps > 0 or self._last_obs is None:
+                self.replay_buffer.close_staged_episodes(self._values_of)
+        self._record_policy_lag()
+        self._log_collection_counters()
+        self.logger.dump(step=self.num_timesteps)
+        callback.on_training_end()
+        return self
+
+    def _record_policy_lag(self) -> None:
+        """``train/policy_lag`` (mean) and ``train/policy_lag_max`` over the segments since the last dump."""
+        if self._policy_lags:
+            self.logger.record("train/policy_lag", float(np.mean(self._policy_lags)))
+            self.logger.record("train/policy_lag_max", float(np.max(self._policy_lags)))
+            self._policy_lags.clear()
