@@ -387,8 +387,8 @@ def test_short_learn_on_pendulum_logs_refer_quantities():
     model.set_logger(Logger(folder=None, output_formats=[writer]))
     model.learn(800, log_interval=1)
     keys = {key for record in writer.records for key in record}
-    required = {"train/beta", "train/c_max", "train/far_fraction", "train/kl_mu_pi", "train/rho_mean"}
-    assert required | {"train/value_loss", "train/policy_loss"} <= keys
+    required = {"train/beta", "train/c_max", "train/far_fraction", "train/kl_mu_pi", "train/is_ratio_mean"}
+    assert required | {"train/value_loss", "train/policy_gradient_loss"} <= keys
     last = next(record for record in reversed(writer.records) if "train/beta" in record)
     assert all(math.isfinite(value) for key, value in last.items() if key.startswith("train/"))
     assert last["train/c_max"] == pytest.approx(annealed_c_max(4.0, 5e-7, 800))

@@ -130,10 +130,10 @@ def refer_vracer_loss(
         loss = loss + (1.0 - beta) * kl.mean()
     parts = {
         "log_rhos": log_rhos,
-        "policy_loss": (near * -(rhos * advantages)).mean().detach(),
+        "policy_gradient_loss": (near * -(rhos * advantages)).mean().detach(),
         "value_loss": (near * value_losses).mean().detach(),
         "kl_mu_pi": kl.mean().detach(),
-        "rho_mean": th.exp(th.clamp(log_rhos, max=math.log(UNBOUNDED_RHO_CLIP))).mean(),
+        "is_ratio_mean": th.exp(th.clamp(log_rhos, max=math.log(UNBOUNDED_RHO_CLIP))).mean(),
         "batch_near_fraction": near.mean(),
     }
     return loss, parts
