@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from stable_baselines3.common.callbacks import BaseCallback
 
-from sb3_impact import IMPACT, IMPALA
+from sb3_impact import IMPACT, IMPALA, PPOAMBER, PTRPPO
 from sb3_impact.common.collectors.base import CollectorError
 from sb3_impact.common.collectors.ray import RayCollector
 
@@ -223,3 +223,30 @@ def test_save_and_load_do_not_need_ray(local_ray, tmp_path, monkeypatch):
     assert loaded._collector is None
     with pytest.raises(ImportError, match="sb3-impact"):
         loaded.learn(100)  # learn() is what needs Ray
+
+
+@pytest.mark.parametrize(
+    "algo, kwargs",
+    [
+        (PPOAMBER, dict(n_steps=16, batch_size=16, n_epochs=2, replay_length=2)),
+        (PTRPPO, dict(n_steps=16, batch_size=16, n_epochs=1, replay_rounds=1, memory_size=8)),
+    ],
+    ids=["PPOAMBER", "PTRPPO"],
+)
+def test_ppo_based_algorithms_learn_from_ray_workers(local_ray, algo, kwargs):
+    # Each Ray worker's segment is one rollout of envs_per_worker environments, as many as the learner's VecEnv.
+    model = algo(
+        "MlpPolicy",
+        "Pendulum-v1",
+        async_collection=True,
+        collector="ray",
+        num_workers=2,
+        envs_per_worker=1,
+        policy_kwargs=dict(net_arch=[16]),
+        device="cpu",
+        **kwargs,
+    )
+    model.learn(160)
+    assert model.num_timesteps >= 160
+    assert model.sampled_steps == model.trained_steps + model.dropped_steps
+    assert wait_until_no_workers(local_ray) == []
