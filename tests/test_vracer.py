@@ -5,6 +5,7 @@ asynchronous collection.
 
 import math
 import multiprocessing
+import os
 import threading
 import time
 import zipfile
@@ -639,6 +640,22 @@ def test_async_learn_leaves_no_collector_and_continues_without_gaps(mode):
     memory = model.replay_buffer
     assert len(memory) + memory.n_staged_steps == 800 and memory.n_steps_dropped == 0
     assert_pendulum_memory_is_consistent(memory)
+
+
+def test_thread_collector_caps_the_learner_threads_while_it_runs():
+    class Threads(BaseCallback):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def _on_step(self) -> bool:
+            self.seen.append(th.get_num_threads())
+            return True
+
+    before, callback = th.get_num_threads(), Threads()
+    async_model(collector="thread").learn(400, callback=callback)
+    assert max(callback.seen) <= max(1, min(before, (os.cpu_count() or 2) - 1))
+    assert th.get_num_threads() == before
 
 
 def test_async_callback_stop_drops_the_segment_and_closes_the_episode():
