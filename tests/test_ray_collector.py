@@ -250,3 +250,9 @@ def test_ppo_based_algorithms_learn_from_ray_workers(local_ray, algo, kwargs):
     assert model.num_timesteps >= 160
     assert model.sampled_steps == model.trained_steps + model.dropped_steps
     assert wait_until_no_workers(local_ray) == []
+
+
+def test_ppo_based_algorithms_need_one_rollout_per_ray_segment():
+    pytest.importorskip("ray")
+    with pytest.raises(ValueError, match="envs_per_worker"):
+        PPOAMBER("MlpPolicy", "Pendulum-v1", async_collection=True, collector="ray", envs_per_worker=2, device="cpu")

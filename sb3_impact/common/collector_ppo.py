@@ -66,6 +66,11 @@ class CollectorPPO(CollectorMixin, PPO):
                 f"DictBehaviourRolloutBuffer), got {rollout_buffer_class.__name__}"
             )
         super().__init__(policy, env, *args, rollout_buffer_class=rollout_buffer_class, _init_setup_model=False, **kwargs)
+        if self.collector == "ray" and self.env is not None and (self.envs_per_worker or 1) != self.n_envs:
+            raise ValueError(
+                f"envs_per_worker ({self.envs_per_worker or 1}) must equal the env's n_envs ({self.n_envs}) with "
+                "collector='ray': each Ray worker's segment is one rollout of the rollout buffer"
+            )
         self._last_segment: Segment | None = None
         self._collection_stack: contextlib.ExitStack | None = None
         self._policy_lags: list[float] = []
