@@ -12,13 +12,14 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
+from stable_baselines3.common.utils import obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 
 from sb3_impact.common.buffers import BehaviourRecordingMixin, BehaviourRolloutBuffer, DictBehaviourRolloutBuffer
 from sb3_impact.common.collection import CollectorMixin
 from sb3_impact.common.distributions import check_action_space
-from sb3_impact.common.observations import check_observation_space, concatenate_observations, merge_time_and_envs
-from sb3_impact.common.policy_evaluation import evaluate_in_chunks
+from sb3_impact.common.observations import check_observation_space
+from sb3_impact.common.policy_evaluation import segment_values
 from sb3_impact.common.segments import Segment
 
 SelfCollectorPPO = TypeVar("SelfCollectorPPO", bound="CollectorPPO")
@@ -121,26 +122,9 @@ class CollectorPPO(CollectorMixin, PPO):
         return self
 
     @th.no_grad()
-    def _segment_values(self, segment: Segment) -> tuple[np.ndarray, th.Tensor, np.ndarray]:
-        """The current V of the segment's observations ``[T, E]``, of the next observations and of final observations."""
-        n_steps, n_envs = segment.n_steps, segment.n_envs
-        observations = segment.observations
-        if isinstance(observations, dict):
-            flat = {key: merge_time_and_envs(value) for key, value in observations.items()}
-        else:
-            flat = merge_time_and_envs(observations)
-        extra = [segment.next_observations]
-        if segment.final_observations is not None:
-            extra.append(segment.final_observations)
-        flat = concatenate_observations([flat, *extra])
-        size = n_steps * n_envs + n_envs + len(segment.final_observation_indices)
-        values = th.cat(evaluate_in_chunks(self.policy, flat, size, lambda _, __, chunk_values: chunk_values))
-        final_values = np.zeros((n_steps, n_envs), dtype=np.float32)
-        if len(segment.final_observation_indices):
-            steps, envs = segment.final_observation_indices.T
-            final_values[steps, envs] = values[n_steps * n_envs + n_envs :].cpu().numpy()
-        step_values = values[: n_steps * n_envs].reshape(n_steps, n_envs).cpu().numpy()
-        return step_values, values[n_steps * n_envs : n_steps * n_envs + n_envs], final_values
+    def _predict_values(self, observations: Any) -> np.ndarray:
+        """V of numpy observations under the learner's current policy."""
+        return self.policy.predict_values(obs_as_tensor(observations, self.device)).flatten().cpu().numpy()
 
     def collect_rollouts(
         self,
@@ -158,9 +142,9 @@ class CollectorPPO(CollectorMixin, PPO):
         self.policy.set_training_mode(False)
         if not self._replay_callbacks(segment, callback):
             return False
-        values, last_values, final_values = self._segment_values(segment)
+        values, last_values, final_values = segment_values(segment, self._predict_values)
         rollout_buffer.add_segment(segment, values, final_values, np.asarray(self._last_episode_starts, dtype=np.float32))
-        rollout_buffer.compute_returns_and_advantage(last_values=last_values, dones=segment.dones[-1])
+        rollout_buffer.compute_returns_and_advantage(last_values=th.as_tensor(last_values), dones=segment.dones[-1])
         self._last_episode_starts = segment.dones[-1]
         self._last_segment = segment
         self.trained_steps += segment.size

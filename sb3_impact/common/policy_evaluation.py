@@ -10,7 +10,13 @@ from stable_baselines3.common.policies import ActorCriticPolicy
 from stable_baselines3.common.type_aliases import TensorDict
 from stable_baselines3.common.utils import obs_as_tensor
 
-from sb3_impact.common.observations import observation_chunks
+from sb3_impact.common.observations import (
+    concatenate_observations,
+    map_observation,
+    merge_time_and_envs,
+    observation_chunks,
+)
+from sb3_impact.common.segments import Segment
 
 # exp() of a log-ratio beyond this is clamped: the PPO clip already zeroes the gradient of such samples
 # on the clipped side, and the clamp keeps the unclipped side and the logged ratios finite.
@@ -62,3 +68,27 @@ def evaluate_in_chunks(
         distribution, values = evaluate_policy_and_values(policy, chunk_observations)
         results.append(evaluate(chunk, distribution, values))
     return results
+
+
+def segment_values(
+    segment: Segment, predict_values: Callable[[Any], np.ndarray], chunk_size: int = EVALUATION_CHUNK
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """
+    ``V`` under ``predict_values`` (numpy observations in, ``[N]`` values out) of a segment's observations
+    ``[T, B]``, of the observations after it ``[B]``, and of the final observations of its time-limit ends at
+    their ``(t, env)`` positions ``[T, B]`` (zero elsewhere), in chunks of ``chunk_size`` observations.
+    """
+    n_steps, n_envs, size = segment.n_steps, segment.n_envs, segment.size
+    parts = [map_observation(segment.observations, merge_time_and_envs), segment.next_observations]
+    if segment.final_observations is not None:
+        parts.append(segment.final_observations)
+    observations = concatenate_observations(parts)
+    total = size + n_envs + len(segment.final_observation_indices)
+    values = np.concatenate(
+        [np.asarray(predict_values(chunk)).reshape(-1) for _, chunk in observation_chunks(observations, total, chunk_size)]
+    )
+    final_values = np.zeros((n_steps, n_envs), dtype=np.float32)
+    if len(segment.final_observation_indices):
+        steps, envs = segment.final_observation_indices.T
+        final_values[steps, envs] = values[size + n_envs :]
+    return values[:size].reshape(n_steps, n_envs), values[size : size + n_envs], final_values

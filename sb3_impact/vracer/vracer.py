@@ -25,12 +25,11 @@ from sb3_impact.common.observations import (
     Observation,
     check_finite_step,
     check_observation_space,
-    concatenate_observations,
     index_observation,
     map_observation,
-    merge_time_and_envs,
     stack_observations,
 )
+from sb3_impact.common.policy_evaluation import segment_values
 from sb3_impact.common.segments import Segment
 from sb3_impact.vracer.memory import EpisodeReplayMemory
 from sb3_impact.vracer.policies import CnnPolicy, MlpPolicy, MultiInputPolicy, VRACERPolicy
@@ -415,29 +414,22 @@ class VRACER(CollectorMixin, OffPolicyAlgorithm):
         """
         Stage every step of a collected segment in the memory, as :meth:`_store_transition` does for one step.
 
-        ``V(s_t)`` of the whole segment and ``V(s_T)`` of its truncated episodes come from one batched forward
-        pass of the learner's current policy. The rewards are those the sampler saw: with a VecNormalize
-        that normalises rewards, the normalised ones (the original ones are not recorded per step).
+        ``V(s_t)`` of the whole segment and ``V(s_T)`` of its truncated episodes come from the learner's current
+        policy, in batched forward passes (:func:`~sb3_impact.common.policy_evaluation.segment_values`). The
+        rewards are those the sampler saw: with a VecNormalize that normalises rewards, the normalised ones (the
+        original ones are not recorded per step).
         """
-        n_steps, n_envs, size = segment.n_steps, segment.n_envs, segment.size
-        indices = segment.final_observation_indices
-        observations = map_observation(segment.observations, merge_time_and_envs)
-        if len(indices):
-            assert segment.final_observations is not None
-            observations = concatenate_observations([observations, segment.final_observations])
-        all_values = self._batch_values(observations)
-        values = all_values[:size].reshape(n_steps, n_envs)
+        n_steps, n_envs = segment.n_steps, segment.n_envs
+        values, _, final_values_at = segment_values(segment, self._batch_values)
         finals_at: dict[int, list[tuple[int, int]]] = {}
-        for index, (step, env_index) in enumerate(indices.tolist()):
+        for index, (step, env_index) in enumerate(segment.final_observation_indices.tolist()):
             finals_at.setdefault(step, []).append((env_index, index))
         dones = segment.dones
         for step in range(n_steps):
             final_observations: list[Observation | None] = [None] * n_envs
-            final_values = np.zeros(n_envs, dtype=np.float32)
             for env_index, index in finals_at.get(step, ()):
                 final_observation = index_observation(segment.final_observations, index)
                 final_observations[env_index] = map_observation(final_observation, np.array)  # a copy, not a view
-                final_values[env_index] = all_values[size + index]
             self.replay_buffer.add(
                 index_observation(segment.observations, step),
                 segment.actions[step],
@@ -447,7 +439,7 @@ class VRACER(CollectorMixin, OffPolicyAlgorithm):
                 dones[step],
                 segment.truncations[step],
                 final_observations,
-                final_values,
+                final_values_at[step],
                 segment.observation_after(step),
             )
             self._on_step()

@@ -1,5 +1,6 @@
 """The collector interface and the synchronous collector (collect, then train, in the learner's thread)."""
 
+import os
 import time
 from abc import ABC, abstractmethod
 
@@ -24,6 +25,7 @@ class Collector(ABC):
         self.sampler = sampler
         self.delivered_steps = 0
         self.broadcast_seconds = 0.0
+        self._torch_threads: int | None = None  # the learner's torch threads before a cap, to restore
 
     @property
     def sampled_steps(self) -> int:
@@ -32,6 +34,17 @@ class Collector(ABC):
     @property
     def last_observation(self):
         return self.sampler.last_observation
+
+    def _cap_learner_threads(self, busy_cpus: int) -> None:
+        """Leave the learner's torch intra-op threads the CPUs that ``busy_cpus`` collecting cores do not use."""
+        self._torch_threads = th.get_num_threads()
+        th.set_num_threads(max(1, min(self._torch_threads, (os.cpu_count() or 1) - busy_cpus)))
+
+    def _restore_learner_threads(self) -> None:
+        """Undo :meth:`_cap_learner_threads` (safe to call when nothing was capped)."""
+        if self._torch_threads is not None:
+            th.set_num_threads(self._torch_threads)
+            self._torch_threads = None
 
     @abstractmethod
     def start(self) -> None:

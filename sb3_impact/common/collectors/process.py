@@ -11,7 +11,6 @@ collecting again.
 """
 
 import multiprocessing as mp
-import os
 import pickle
 import queue
 import random
@@ -81,7 +80,7 @@ def _collect_in_child(
             sampled_steps.value = sampler.sampled_steps
             segments.put(("segment", segment))
     except CollectionInterrupted:  # the parent set the stop event: a normal end
-        pass
+        return
     except BaseException as error:
         segments.put(("error", traceback.format_exc(), _picklable_error(error)))
     finally:
@@ -113,7 +112,6 @@ class ProcessCollector(Collector):
         self._process: Any = None
         self._sampled_steps: Any = self._context.Value("q", 0, lock=False)
         self._normalizer = _vec_normalize(sampler.env)
-        self._torch_threads: int | None = None
         self.queued_steps_dropped = 0
 
     @property
@@ -156,8 +154,7 @@ class ProcessCollector(Collector):
             daemon=True,
         )
         self._process.start()
-        self._torch_threads = th.get_num_threads()
-        th.set_num_threads(max(1, min(self._torch_threads, (os.cpu_count() or 2) - 1)))
+        self._cap_learner_threads(busy_cpus=1)
 
     def get_segment(self) -> Segment:
         while True:
@@ -220,6 +217,4 @@ class ProcessCollector(Collector):
         self._segments.close()
         self._segments.join_thread()
         self._process = None
-        if self._torch_threads is not None:
-            th.set_num_threads(self._torch_threads)
-            self._torch_threads = None
+        self._restore_learner_threads()

@@ -207,7 +207,6 @@ class RayCollector(Collector):
         self._policy_ref: Any = None
         self._lags: deque[int] = deque(maxlen=self.lag_window)
         self._start_time: float | None = None
-        self._torch_threads: int | None = None
         self._closed = False
 
     @property
@@ -308,8 +307,7 @@ class RayCollector(Collector):
         # Workers on the learner's node each use a core: leave the learner the rest.
         driver_node = self._ray.get_runtime_context().get_node_id()
         local_workers = sum(slot.node_id == driver_node for slot in self._slots)
-        self._torch_threads = th.get_num_threads()
-        th.set_num_threads(max(1, min(self._torch_threads, (os.cpu_count() or 1) - local_workers)))
+        self._cap_learner_threads(busy_cpus=local_workers)
 
     def close(self) -> None:
         if self._closed or self._ray is None:
@@ -326,9 +324,7 @@ class RayCollector(Collector):
             for slot in self._slots:
                 slot.pending.clear()
             self._weights_ref = self._policy_ref = None
-            if self._torch_threads is not None:
-                th.set_num_threads(self._torch_threads)
-                self._torch_threads = None
+            self._restore_learner_threads()
             if self._started_ray:
                 ray.shutdown()
                 self._started_ray = False

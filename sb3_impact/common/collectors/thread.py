@@ -1,6 +1,5 @@
 """A collector that runs in a background thread of the learner's process."""
 
-import os
 import queue
 import threading
 import time
@@ -36,7 +35,6 @@ class ThreadCollector(Collector):
     def __init__(self, sampler: SegmentSampler, queue_size: int = 2, limit_learner_threads: bool = False) -> None:
         super().__init__(sampler)
         self.limit_learner_threads = limit_learner_threads
-        self._torch_threads: int | None = None
         if queue_size < 1:
             raise ValueError(f"queue_size must be >= 1, got {queue_size}")
         self._queue: queue.Queue[Segment] = queue.Queue()
@@ -52,8 +50,7 @@ class ThreadCollector(Collector):
         if self._thread is not None:
             raise RuntimeError("ThreadCollector.start() called twice")
         if self.limit_learner_threads:
-            self._torch_threads = th.get_num_threads()
-            th.set_num_threads(max(1, min(self._torch_threads, (os.cpu_count() or 2) - 1)))
+            self._cap_learner_threads(busy_cpus=1)
         self._thread = threading.Thread(target=self._run, name="sb3-impact-collector", daemon=True)
         self._thread.start()
 
@@ -68,7 +65,7 @@ class ThreadCollector(Collector):
                     self.sampler.load_weights(*pending)
                 self._queue.put(self.sampler.collect(self._stop))
         except CollectionInterrupted:  # close() asked the thread to stop: a normal end
-            pass
+            return
         except BaseException as error:  # handed to the learner thread, which re-raises it
             self._error = error
 
@@ -115,6 +112,4 @@ class ThreadCollector(Collector):
                     stacklevel=2,
                 )
         self._drain()
-        if self._torch_threads is not None:
-            th.set_num_threads(self._torch_threads)
-            self._torch_threads = None
+        self._restore_learner_threads()
