@@ -25,7 +25,7 @@ from stable_baselines3.common.utils import obs_as_tensor
 
 from benchmarks.common import load_zoo_hyperparams
 from sb3_impact import VRACER
-from sb3_impact.vracer.refer import diag_gaussian_kl
+from sb3_impact.common.refer import diag_gaussian_kl
 
 VARIANTS = {"ReF-ER": (1, 2), "ReF-ER-1": (1,), "ReF-ER-2": (2,), "ER": ()}
 FIELDS = ["variant", "seed", "steps", "wall_seconds", "eval_mean", "far_fraction", "kl_mu_pi", "beta", "c_max"]

@@ -21,9 +21,7 @@ from stable_baselines3.common.type_aliases import TrainFreq, TrainFrequencyUnit
 
 from sb3_impact import VRACER
 from sb3_impact.common.collectors import CollectorError
-from sb3_impact.common.vtrace import vtrace
-from sb3_impact.vracer.memory import EpisodeReplayMemory
-from sb3_impact.vracer.refer import (
+from sb3_impact.common.refer import (
     annealed_c_max,
     annealed_lr_factor,
     diag_gaussian_kl,
@@ -33,6 +31,8 @@ from sb3_impact.vracer.refer import (
     is_near_policy,
     update_beta,
 )
+from sb3_impact.common.vtrace import vtrace
+from sb3_impact.vracer.memory import EpisodeReplayMemory
 from sb3_impact.vracer.retrace import retrace_q_ret, v_tbc
 from sb3_impact.vracer.vracer import async_segment_steps, refer_vracer_loss
 

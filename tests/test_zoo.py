@@ -21,11 +21,13 @@ REQUIRED_ZOO_ENVS = {
     "vracer": {"Pendulum-v1", "HalfCheetah-v5", "Hopper-v5", "Walker2d-v5"},
     "ppo_amber": {"Pendulum-v1", "LunarLanderContinuous-v3", "HalfCheetah-v5", "Hopper-v5", "CartPole-v1"},
     "ptr_ppo": {"atari", "CartPole-v1", "LunarLander-v3"},
+    "sac_refer": {"Pendulum-v1", "HalfCheetah-v5", "Hopper-v5", "Walker2d-v5"},
+    "td3_refer": {"Pendulum-v1", "HalfCheetah-v5", "Hopper-v5", "Walker2d-v5"},
 }
 
 # An env with a shipped yml entry per algorithm, for the rl-zoo3 command-line tests.
 ZOO_COMMAND_ENVS = [("impact", "CartPole-v1"), ("impala", "CartPole-v1"), ("ppo_amber", "Pendulum-v1"),
-                    ("vracer", "Pendulum-v1"), ("ptr_ppo", "CartPole-v1")]  # fmt: skip
+                    ("vracer", "Pendulum-v1"), ("ptr_ppo", "CartPole-v1"), ("sac_refer", "Pendulum-v1")]  # fmt: skip
 
 
 def hook_installed() -> bool:
@@ -39,9 +41,17 @@ def test_shipped_yml_has_the_required_envs_and_valid_parameters(algo):
     config = yaml.safe_load(hyperparams_path(algo).read_text())
     assert REQUIRED_ZOO_ENVS[algo] <= set(config)
     algo_class = ZOO_ALGOS[algo]
-    zoo_only = {"n_envs", "n_timesteps", "policy", "normalize", "env_wrapper", "frame_stack"}
+    zoo_only = {"n_envs", "n_timesteps", "policy", "normalize", "env_wrapper", "frame_stack", "noise_type", "noise_std"}
+    # SACReFER/TD3ReFER pass SAC's/TD3's arguments on as **kwargs: every __init__ up the MRO counts
+    accepted = set().union(
+        *(
+            vars(cls)["__init__"].__code__.co_varnames
+            for cls in algo_class.__mro__
+            if "__init__" in vars(cls) and hasattr(vars(cls)["__init__"], "__code__")
+        )
+    )
     for env_id, params in config.items():
-        unknown = set(params) - zoo_only - set(algo_class.__init__.__code__.co_varnames)
+        unknown = set(params) - zoo_only - accepted
         assert not unknown, f"{algo}.yml/{env_id}: unknown parameters {unknown}"
 
 

@@ -30,7 +30,7 @@ from gymnasium import spaces
 
 from sb3_impact.common.distributions import behaviour_params_dim
 from sb3_impact.common.observations import Observation
-from sb3_impact.vracer.refer import far_fraction
+from sb3_impact.common.refer import far_fraction
 from sb3_impact.vracer.retrace import retrace_q_ret, rho_bar_from_log
 
 

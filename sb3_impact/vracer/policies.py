@@ -28,7 +28,7 @@ from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
 from torch import nn
 from torch.nn import functional as F
 
-from sb3_impact.vracer.refer import diag_gaussian_log_prob
+from sb3_impact.common.refer import diag_gaussian_log_prob
 
 TRUNCATION_STDS = 3.0
 STANDARDIZATION_EPSILON = 1e-7  # appendix B

@@ -30,37 +30,25 @@ from sb3_impact.common.observations import (
     stack_observations,
 )
 from sb3_impact.common.policy_evaluation import segment_values
-from sb3_impact.common.segments import Segment
-from sb3_impact.vracer.memory import EpisodeReplayMemory
-from sb3_impact.vracer.policies import CnnPolicy, MlpPolicy, MultiInputPolicy, VRACERPolicy
-from sb3_impact.vracer.refer import (
+from sb3_impact.common.refer import (
     annealed_c_max,
     annealed_lr_factor,
+    check_refer_parameters,
+    check_refer_rules,
     diag_gaussian_kl,
     diag_gaussian_log_prob,
     is_near_policy,
     update_beta,
 )
+from sb3_impact.common.segments import Segment
+from sb3_impact.vracer.memory import EpisodeReplayMemory
+from sb3_impact.vracer.policies import CnnPolicy, MlpPolicy, MultiInputPolicy, VRACERPolicy
 
 SelfVRACER = TypeVar("SelfVRACER", bound="VRACER")
 
 # Without rule 1 nothing bounds rho; section 5.3 clips it at 1e3 (ReF-ER-2 and plain ER).
 UNBOUNDED_RHO_CLIP = 1e3
 REWARD_SCALE_EPSILON = 1e-7  # appendix B
-
-
-def check_refer_rules(refer_rules: Any) -> tuple[int, ...]:
-    """``refer_rules`` as a sorted tuple drawn from ``{1, 2}``; ValueError otherwise."""
-    message = f"refer_rules must be a subset of (1, 2) such as (1, 2), (1,), (2,) or (), got {refer_rules!r}"
-    if isinstance(refer_rules, (str, bytes)):
-        raise ValueError(message)
-    try:
-        rules = tuple(refer_rules)
-    except TypeError:
-        raise ValueError(message) from None
-    if any(isinstance(rule, bool) or rule not in (1, 2) for rule in rules) or len(set(rules)) != len(rules):
-        raise ValueError(message)
-    return tuple(sorted(int(rule) for rule in rules))
 
 
 def async_segment_steps(train_freq: Any) -> int:
@@ -242,13 +230,7 @@ class VRACER(CollectorMixin, OffPolicyAlgorithm):
         device: th.device | str = "auto",
         _init_setup_model: bool = True,
     ) -> None:
-        if not (refer_c > 0 and math.isfinite(refer_c)):
-            raise ValueError(f"refer_c must be a finite positive number, got {refer_c}")
-        if not 0 < refer_d < 1:
-            raise ValueError(f"refer_d must be in (0, 1), got {refer_d}")
-        if not (refer_a >= 0 and math.isfinite(refer_a)):
-            raise ValueError(f"refer_a must be a finite non-negative number, got {refer_a}")
-        self.refer_rules = check_refer_rules(refer_rules)
+        self.refer_rules = check_refer_parameters(refer_c, refer_a, refer_d, refer_rules)
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         if buffer_size < batch_size:

@@ -11,9 +11,17 @@ algorithm to rl-zoo3's optimiser (``-optimize``), see :mod:`sb3_impact.zoo.sampl
 
 from pathlib import Path
 
-from sb3_impact import IMPACT, IMPALA, PPOAMBER, PTRPPO, VRACER
+from sb3_impact import IMPACT, IMPALA, PPOAMBER, PTRPPO, VRACER, SACReFER, TD3ReFER
 
-ZOO_ALGOS = {"impact": IMPACT, "impala": IMPALA, "ppo_amber": PPOAMBER, "ptr_ppo": PTRPPO, "vracer": VRACER}
+ZOO_ALGOS = {
+    "impact": IMPACT,
+    "impala": IMPALA,
+    "ppo_amber": PPOAMBER,
+    "ptr_ppo": PTRPPO,
+    "vracer": VRACER,
+    "sac_refer": SACReFER,
+    "td3_refer": TD3ReFER,
+}
 HYPERPARAMS_DIR = Path(__file__).resolve().parent.parent / "hyperparams"
 
 
@@ -59,8 +67,8 @@ def register_samplers() -> None:
 
 def register() -> None:
     """
-    Register every sb3-impact algorithm with rl-zoo3 (``--algo impact|impala|ppo_amber|vracer|ptr_ppo``), its
-    yml, and its hyperparameter sampler (``-optimize``).
+    Register every sb3-impact algorithm with rl-zoo3 (``--algo impact|impala|ppo_amber|vracer|ptr_ppo``, and
+    ``sac_refer|td3_refer``), its yml, and its hyperparameter sampler (``-optimize``).
     """
     register_algos()
     patch_experiment_manager()

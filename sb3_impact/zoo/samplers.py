@@ -179,12 +179,77 @@ def convert_vracer_params(params: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+REFER_CONSTANTS = ("refer_c", "refer_d", "refer_a")
+
+
+def _sample_refer_constants(trial: optuna.Trial) -> dict[str, float]:
+    """ReF-ER's C (cut-off), D (target far-policy fraction) and A (annealing), the ranges V-RACER samples."""
+    return {
+        "refer_c": trial.suggest_float("refer_c", 1.5, 10.0, log=True),
+        "refer_d": trial.suggest_float("refer_d", 0.01, 0.3, log=True),
+        "refer_a": trial.suggest_float("refer_a", 1e-8, 1e-5, log=True),
+    }
+
+
+def _without_refer_constants(params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    refer = {key: params[key] for key in REFER_CONSTANTS if key in params}
+    return {key: value for key, value in params.items() if key not in refer}, refer
+
+
+def sample_sac_refer_params(trial: optuna.Trial, n_actions: int, n_envs: int, additional_args: dict) -> dict[str, Any]:
+    """SAC with ReF-ER: rl-zoo3's SAC space plus ReF-ER's C, D and A."""
+    from rl_zoo3.hyperparams_opt import sample_sac_params  # imported here: rl_zoo3's import runs our hook
+
+    return {**sample_sac_params(trial, n_actions, n_envs, additional_args), **_sample_refer_constants(trial)}
+
+
+def sample_td3_refer_params(trial: optuna.Trial, n_actions: int, n_envs: int, additional_args: dict) -> dict[str, Any]:
+    """
+    TD3 with ReF-ER: rl-zoo3's TD3 space, except that the exploration noise is always Gaussian with
+    ``noise_std`` in [0.05, 0.5] (it is the policy's sigma in rho; rl-zoo3 also samples Ornstein-Uhlenbeck or no
+    noise, which ReF-ER cannot use), plus ReF-ER's C, D and A.
+    """
+    import numpy as np
+    from stable_baselines3.common.noise import NormalActionNoise
+
+    params = {
+        "one_minus_gamma": trial.suggest_float("one_minus_gamma", 0.0001, 0.03, log=True),
+        "batch_size_pow": trial.suggest_int("batch_size_pow", 2, 11),
+        "learning_rate": trial.suggest_float("learning_rate", 1e-5, 0.002, log=True),
+        "train_freq": trial.suggest_int("train_freq", 1, 10),
+        "tau": trial.suggest_float("tau", 0.001, 0.08, log=True),
+        "noise_std": trial.suggest_float("noise_std", 0.05, 0.5),
+        "net_arch": trial.suggest_categorical("net_arch", ["small", "medium", "big"]),
+        **_sample_refer_constants(trial),
+    }
+    converted = convert_refer_offpolicy_params(params)
+    del converted["noise_type"]
+    converted["action_noise"] = NormalActionNoise(np.zeros(n_actions), converted.pop("noise_std") * np.ones(n_actions))
+    return converted
+
+
+def convert_refer_offpolicy_params(params: dict[str, Any]) -> dict[str, Any]:
+    """
+    ``trial.params`` to SACReFER/TD3ReFER arguments: rl-zoo3's off-policy converter, ReF-ER's constants as they are.
+    A TD3 trial's noise is given as rl-zoo3 gives it, ``noise_type: normal`` and ``noise_std``, for rl-zoo3 to build
+    (the converter does not know the number of actions).
+    """
+    from rl_zoo3.hyperparams_opt import convert_offpolicy_params
+
+    base, refer = _without_refer_constants(params)
+    if "noise_std" in base:
+        base["noise_type"] = "normal"
+    return {**convert_offpolicy_params(base), **refer}
+
+
 SAMPLERS: dict[str, Sampler] = {
     "impact": sample_impact_params,
     "impala": sample_impala_params,
     "ppo_amber": sample_ppo_amber_params,
     "ptr_ppo": sample_ptr_ppo_params,
     "vracer": sample_vracer_params,
+    "sac_refer": sample_sac_refer_params,
+    "td3_refer": sample_td3_refer_params,
 }
 CONVERTERS: dict[str, Converter] = {
     "impact": convert_actor_critic_params,
@@ -192,6 +257,8 @@ CONVERTERS: dict[str, Converter] = {
     "ppo_amber": convert_actor_critic_params,
     "ptr_ppo": convert_ptr_ppo_params,
     "vracer": convert_vracer_params,
+    "sac_refer": convert_refer_offpolicy_params,
+    "td3_refer": convert_refer_offpolicy_params,
 }
 
 

@@ -8,11 +8,37 @@ Importance ratios are handled as ``log rho`` throughout.
 """
 
 import math
+from typing import Any
 
 import numpy as np
 import torch as th
 
 LOG_2PI = math.log(2.0 * math.pi)
+
+
+def check_refer_rules(refer_rules: Any) -> tuple[int, ...]:
+    """``refer_rules`` as a sorted tuple drawn from ``{1, 2}``; ValueError otherwise."""
+    message = f"refer_rules must be a subset of (1, 2) such as (1, 2), (1,), (2,) or (), got {refer_rules!r}"
+    if isinstance(refer_rules, (str, bytes)):
+        raise ValueError(message)
+    try:
+        rules = tuple(refer_rules)
+    except TypeError:
+        raise ValueError(message) from None
+    if any(isinstance(rule, bool) or rule not in (1, 2) for rule in rules) or len(set(rules)) != len(rules):
+        raise ValueError(message)
+    return tuple(sorted(int(rule) for rule in rules))
+
+
+def check_refer_parameters(refer_c: float, refer_a: float, refer_d: float, refer_rules: Any) -> tuple[int, ...]:
+    """Check C, A, D (eqs. 12-13) and the rules; return the rules as :func:`check_refer_rules` does."""
+    if not (refer_c > 0 and math.isfinite(refer_c)):
+        raise ValueError(f"refer_c must be a finite positive number, got {refer_c}")
+    if not 0 < refer_d < 1:
+        raise ValueError(f"refer_d must be in (0, 1), got {refer_d}")
+    if not (refer_a >= 0 and math.isfinite(refer_a)):
+        raise ValueError(f"refer_a must be a finite non-negative number, got {refer_a}")
+    return check_refer_rules(refer_rules)
 
 
 def annealed_c_max(refer_c: float, refer_a: float, timestep: int) -> float:
