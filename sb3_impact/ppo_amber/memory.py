@@ -13,7 +13,7 @@ import torch as th
 from stable_baselines3.common.type_aliases import DictRolloutBufferSamples, RolloutBufferSamples
 
 from sb3_impact.common.buffers import BehaviourRolloutBuffer, DictBehaviourRolloutBuffer
-from sb3_impact.common.observations import Observation, concatenate_observations, index_observation
+from sb3_impact.common.observations import Observation, concatenate_observations
 
 
 @dataclass
@@ -100,30 +100,27 @@ class BatchReplayMemory:
         if not batch_indices:
             raise ValueError("minibatches() needs at least one batch")
         batches = [self._batches[index] for index in batch_indices]
+
+        def to_torch(arrays: list[np.ndarray]) -> th.Tensor:
+            # concatenated and copied to the device once per epoch; minibatches are index_select views of it
+            return th.as_tensor(np.concatenate(arrays), device=device)
+
         observations = concatenate_observations([batch.observations for batch in batches])
-        actions = np.concatenate([batch.actions for batch in batches])
-        values = np.concatenate([batch.values for batch in batches])
-        log_probs = np.concatenate([batch.log_probs for batch in batches])
-        advantages = np.concatenate([batch.advantages for batch in batches])
-        returns = np.concatenate([batch.returns for batch in batches])
-        n_samples = len(actions)
+        if isinstance(observations, dict):
+            observations = {key: th.as_tensor(obs, device=device) for key, obs in observations.items()}
+        else:
+            observations = th.as_tensor(observations, device=device)
+        columns = tuple(
+            to_torch([getattr(batch, name) for batch in batches])
+            for name in ("actions", "values", "log_probs", "advantages", "returns")
+        )
+        n_samples = len(columns[0])
         minibatch_size = batch_size * len(batches)
         indices = np.random.permutation(n_samples)
-
-        def to_torch(array: np.ndarray) -> th.Tensor:
-            return th.tensor(array, device=device)
-
         for start in range(0, n_samples, minibatch_size):
-            chosen = indices[start : start + minibatch_size]
-            selected = index_observation(observations, chosen)
-            tensors = (
-                to_torch(actions[chosen]),
-                to_torch(values[chosen]),
-                to_torch(log_probs[chosen]),
-                to_torch(advantages[chosen]),
-                to_torch(returns[chosen]),
-            )
-            if isinstance(selected, dict):
-                yield DictRolloutBufferSamples({key: to_torch(obs) for key, obs in selected.items()}, *tensors)
+            chosen = th.as_tensor(indices[start : start + minibatch_size], device=device)
+            selected = tuple(column[chosen] for column in columns)
+            if isinstance(observations, dict):
+                yield DictRolloutBufferSamples({key: obs[chosen] for key, obs in observations.items()}, *selected)
             else:
-                yield RolloutBufferSamples(to_torch(selected), *tensors)
+                yield RolloutBufferSamples(observations[chosen], *selected)
