@@ -25,7 +25,7 @@ penalty only competes with the actor's objective (as in the paper's DDPG).
 """
 
 import math
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 import torch as th
@@ -191,25 +191,60 @@ def uniform_log_prob_pre_tanh(squashed_actions: np.ndarray) -> np.ndarray:
     return np.sum(np.log1p(-(a**2)) - LOG_2, axis=-1)
 
 
+def check_refer_compatible(algo: str, kwargs: dict[str, Any], refused: dict[str, Any]) -> None:
+    """ValueError when an argument in ``refused`` differs from the only value ReF-ER supports."""
+    replay_buffer_class = kwargs.get("replay_buffer_class")
+    if replay_buffer_class not in (None, ReFERReplayBuffer):
+        raise ValueError(f"{algo} stores its steps in a ReFERReplayBuffer; got replay_buffer_class={replay_buffer_class}")
+    for name, supported in refused.items():
+        if name in kwargs and kwargs[name] != supported:
+            raise ValueError(
+                f"{algo} does not support {name}={kwargs[name]!r} (only {supported!r}): ReF-ER needs the density "
+                "of the behaviour that chose each stored action"
+            )
+
+
 class ReFERMixin:
     """
-    ReF-ER as a loss hook for an SB3 off-policy actor-critic (see the module docstring).
+    ReF-ER as a loss hook for an SB3 off-policy actor-critic (see the module docstring), placed before the SB3
+    class in the bases: ``class SACReFER(ReFERMixin, SAC)``.
 
+    The constructor takes ReF-ER's constants and passes everything else to the SB3 class, with a
+    :class:`ReFERReplayBuffer`; ``refused_arguments`` lists the SB3 arguments that only have one valid value.
     The algorithm class provides :meth:`_behaviour` (the Gaussian of the acting policy) and calls
     :meth:`_refer_weights`, :meth:`_refer_actor_loss` and :meth:`_refer_step_done` from its ``train``.
     """
 
+    refused_arguments: ClassVar[dict[str, Any]] = {}
     replay_buffer: ReFERReplayBuffer
     num_timesteps: int
     learning_starts: int
     logger: Logger
 
-    def _setup_refer(self, refer_c: float, refer_a: float, refer_d: float, refer_rules: Any) -> None:
+    def __init__(
+        self,
+        policy: Any,
+        env: Any,
+        refer_c: float = 4.0,
+        refer_a: float = 5e-7,
+        refer_d: float = 0.1,
+        refer_rules: tuple[int, ...] | list[int] = (1, 2),
+        **kwargs: Any,
+    ):
+        check_refer_compatible(type(self).__name__, kwargs, self.refused_arguments)
         self.refer_rules = check_refer_parameters(refer_c, refer_a, refer_d, refer_rules)
         self.refer_c = refer_c
         self.refer_a = refer_a
         self.refer_d = refer_d
         self.beta = 1.0
+        super().__init__(policy, env, **{**kwargs, "replay_buffer_class": ReFERReplayBuffer})  # type: ignore[call-arg]
+
+    def _setup_model(self) -> None:
+        self.refer_rules = check_refer_rules(self.refer_rules)  # a list after a JSON round trip (load)
+        super()._setup_model()  # type: ignore[misc]
+
+    def _excluded_save_params(self) -> list[str]:
+        return [*super()._excluded_save_params(), "_refer_stats"]  # type: ignore[misc]
 
     @property
     def c_max(self) -> float:
@@ -279,6 +314,3 @@ class ReFERMixin:
         self.logger.record("train/beta", self.beta)
         self.logger.record("train/c_max", self.c_max)
         self.logger.record("train/far_fraction", self.replay_buffer.far_fraction())
-
-    def _refer_check_rules_after_load(self) -> None:
-        self.refer_rules = check_refer_rules(self.refer_rules)  # a list after a JSON round trip

@@ -12,7 +12,12 @@ from sb3_impact.common.buffers import TrainingBatch
 from sb3_impact.common.collector_ppo import CollectorPPO
 from sb3_impact.common.distributions import kl_from_params
 from sb3_impact.common.observations import index_observation
-from sb3_impact.common.policy_evaluation import MAX_LOG_RATIO, evaluate_in_chunks, evaluate_policy_and_values
+from sb3_impact.common.policy_evaluation import (
+    MAX_LOG_RATIO,
+    clamped_ratio,
+    evaluate_in_chunks,
+    evaluate_policy_and_values,
+)
 from sb3_impact.common.segments import Segment
 from sb3_impact.common.vtrace import fold_truncation_bootstrap, vtrace
 from sb3_impact.ptr_ppo.memory import TrajectoryMemory
@@ -21,6 +26,10 @@ from sb3_impact.ptr_ppo.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 SelfPTRPPO = TypeVar("SelfPTRPPO", bound="PTRPPO")
 
 PRIORITIES = ("max", "mean", "reward")
+# Denominator of the replay surrogate's ratio (eq. 22 with r_t of eq. 4): the stored behaviour probability
+# b, the policy backed up before the fresh update (Algorithm 1, line 16) or the policy backed up at the start
+# of each replay round (Algorithm 1, line 22). See PTRPPO's ``replay_ratio``.
+REPLAY_RATIOS = ("behaviour", "old_policy", "round_policy")
 
 
 def done_cut_log_rho(log_ratios: th.Tensor, dones: th.Tensor) -> th.Tensor:
@@ -73,6 +82,23 @@ def gae_with_episode_ends(
     return vs - values
 
 
+def clipped_surrogate(
+    log_prob: th.Tensor, reference_log_prob: th.Tensor, advantages: th.Tensor, clip_range: float
+) -> tuple[th.Tensor, th.Tensor]:
+    """
+    Eq. (22), as a loss: ``-mean(min(r_t A_t, clip(r_t, 1 - eps, 1 + eps) A_t))`` with
+    ``r_t = exp(log pi_theta - log pi_ref)`` (eq. 4), the log-ratio clamped to ``[-MAX_LOG_RATIO, MAX_LOG_RATIO]``
+    so that ``r_t`` stays finite for any input. Returns the loss and the ratios ``r_t``.
+
+    :param log_prob: ``log pi_theta(a_t|s_t)`` of the network being trained (with gradient)
+    :param reference_log_prob: the ratio's denominator, ``log b`` or ``log pi_old`` (no gradient)
+    :param advantages: ``A^marg_t`` (eq. 21), normalised or not by the caller
+    """
+    ratio = clamped_ratio(log_prob - reference_log_prob)
+    loss = -th.min(advantages * ratio, advantages * th.clamp(ratio, 1 - clip_range, 1 + clip_range)).mean()
+    return loss, ratio
+
+
 def segment_priorities(advantages: th.Tensor, priority: str) -> np.ndarray:
     """Eq. (12) (``"max"``) or eq. (13) (``"mean"``) over ``|A_t|`` of each segment, ``advantages`` ``[T, B]``."""
     magnitudes = advantages.abs()
@@ -95,9 +121,9 @@ class PTRPPO(CollectorPPO):
     rounds follow. Each round samples ``replay_batch`` segments with probability ``p^alpha / sum p^alpha``,
     scores them with the current network (GAE cut at episode ends, eq. 18; done-cut importance product,
     eq. 19; truncated weight ``rho^marg``, eq. 20), takes one epoch of minibatch steps (size ``batch_size``)
-    on the clipped surrogate with ratio ``pi / b`` and advantage ``rho^marg * GAE`` (eqs. 21-22), an
-    importance-weighted one-step TD value loss (eq. 16, corrected) and the entropy bonus (eq. 23), and
-    finally updates the sampled segments' priorities.
+    on the clipped surrogate with advantage ``rho^marg * GAE`` (eqs. 21-22; the ratio's denominator is set
+    by ``replay_ratio``), an importance-weighted one-step TD value loss (eq. 16, corrected) and the entropy
+    bonus (eq. 23), and finally updates the sampled segments' priorities.
 
     :param policy: The policy model to use (MlpPolicy, CnnPolicy, MultiInputPolicy)
     :param env: The environment to learn from (if registered in Gym, can be str)
@@ -120,6 +146,19 @@ class PTRPPO(CollectorPPO):
         the normalised undiscounted segment return (eq. 14)
     :param priority_alpha: Exponent alpha of the sampling probabilities (eq. 2; 0 is uniform sampling)
     :param eps_marg: epsilon^marg of the truncated importance weight (eq. 20; Table 1: 0.2), in (0, 1)
+    :param replay_ratio: Denominator of the replay surrogate's ratio ``r_t = pi_theta / pi_ref`` (eq. 22 uses
+        ``r_t`` of eq. 4, ``pi_theta / pi_theta_old``). The advantage is always ``rho^marg * A^done`` (eq. 21),
+        ``rho^marg`` built from ``pi / b`` (eqs. 19-20), and the value loss is always weighted by ``pi / b``
+        (eq. 16). ``"behaviour"``: ``pi_ref = b``, the probability stored at collection (section 4.1: "we
+        record the probabilities p ... we do not need to store theta_old"); the correction from ``b`` then
+        enters twice, through ``rho^marg`` and through the ratio. ``"old_policy"``: ``pi_ref`` = the policy
+        backed up before this iteration's fresh PPO update (Algorithm 1, line 16), fixed for all the
+        iteration's replay rounds, as PPO's ``pi_old`` is for all its epochs. ``"round_policy"``: ``pi_ref`` =
+        the policy backed up at the start of each replay round (Algorithm 1, line 22, the line right before
+        the PTR-PPO update of line 23), i.e. the network that scores the round's segments; the ratio starts
+        every round at 1. Both policy snapshots are evaluated without gradient on the replayed observations,
+        in chunks, as log-probabilities. ``train/replay_ratio_mean`` and ``train/replay_ratio_max`` log this
+        ratio; ``train/replay_is_ratio_*`` keep logging ``pi / b``.
     :param target_kl: Early stopping of the fresh-rollout PPO epochs (as SB3 PPO)
     :param async_collection: Collect the next rollouts while the learner trains (see :class:`CollectorPPO`);
         False collects, then trains, as SB3's PPO
@@ -165,6 +204,7 @@ class PTRPPO(CollectorPPO):
         priority: str = "max",
         priority_alpha: float = 0.6,
         eps_marg: float = 0.2,
+        replay_ratio: str = "behaviour",
         target_kl: float | None = None,
         async_collection: bool = False,
         collector: str = "thread",
@@ -182,6 +222,8 @@ class PTRPPO(CollectorPPO):
     ) -> None:
         if priority not in PRIORITIES:
             raise ValueError(f"priority must be one of {PRIORITIES}, got {priority!r}")
+        if replay_ratio not in REPLAY_RATIOS:
+            raise ValueError(f"replay_ratio must be one of {REPLAY_RATIOS}, got {replay_ratio!r}")
         if not (0.0 < eps_marg < 1.0):
             raise ValueError(f"eps_marg must be in (0, 1), got {eps_marg}")
         if not (priority_alpha >= 0 and math.isfinite(priority_alpha)):
@@ -230,6 +272,7 @@ class PTRPPO(CollectorPPO):
         self.priority = priority
         self.priority_alpha = priority_alpha
         self.eps_marg = eps_marg
+        self.replay_ratio = replay_ratio
         if self.env is not None and memory_size < self.effective_replay_batch:
             raise ValueError(
                 f"memory_size ({memory_size}) must be >= replay_batch ({self.effective_replay_batch}, "
@@ -239,6 +282,7 @@ class PTRPPO(CollectorPPO):
         self.replay_updates = 0
         self._memory: TrajectoryMemory | None = None
         self._replay_rng: np.random.Generator | None = None
+        self._old_policy: ActorCriticPolicy | None = None  # Algorithm 1, line 16 (replay_ratio="old_policy")
         if _init_setup_model:
             self._setup_model()
 
@@ -260,15 +304,28 @@ class PTRPPO(CollectorPPO):
 
     def _excluded_save_params(self) -> list[str]:
         # The memory holds up to memory_size * n_steps observations: it is not written into the zip.
-        return [*super()._excluded_save_params(), "_memory", "_replay_rng"]
+        return [*super()._excluded_save_params(), "_memory", "_replay_rng", "_old_policy"]
+
+    @th.no_grad()
+    def _backup_old_policy(self) -> None:
+        """Algorithm 1, line 16: ``theta_old <- theta`` before the fresh update (``replay_ratio="old_policy"``)."""
+        if self._old_policy is None:
+            self._old_policy = self.policy_class(  # type: ignore[assignment]
+                self.observation_space, self.action_space, self.lr_schedule, **self.policy_kwargs
+            ).to(self.device)
+            self._old_policy.set_training_mode(False)
+            self._old_policy.requires_grad_(False)
+        self._old_policy.load_state_dict(self.policy.state_dict())
 
     # ---------------------------------------------------------------- scoring segments
 
     @th.no_grad()
-    def _score_segments(self, segment: Segment) -> dict[str, th.Tensor]:
+    def _score_segments(self, segment: Segment, with_reference: bool = True) -> dict[str, th.Tensor]:
         """
         Evaluate a segment with the current network: time-major ``[T, B]`` GAE (eq. 18), one-step TD targets,
-        ``log pi - log b`` and episode ends, plus the flat (time-major) tensors the loss needs.
+        ``log pi - log b`` and episode ends, plus the flat (time-major) tensors the loss needs, among them
+        ``reference_log_probs``, the log-denominator of the surrogate's ratio chosen by ``replay_ratio``
+        (skipped with ``with_reference=False``: the insertion priorities need the GAE only).
         """
         batch = TrainingBatch.from_segment(segment, self.device)
         self.policy.set_training_mode(False)
@@ -285,6 +342,21 @@ class PTRPPO(CollectorPPO):
             batch.rewards, batch.terminations, batch.truncations, final_values, self.gamma
         )
         next_values = th.cat([values[1:], bootstrap_values.unsqueeze(0)], dim=0)
+        if not with_reference:
+            reference_log_probs = batch.behaviour_log_probs.flatten()
+        elif self.replay_ratio == "old_policy":
+            assert self._old_policy is not None, "train() backs up the old policy before the replay rounds"
+            old_results = evaluate_in_chunks(
+                self._old_policy,
+                batch.observations,
+                batch.size,
+                lambda chunk, distribution, _: distribution.log_prob(batch.actions[chunk]),
+            )
+            reference_log_probs = th.cat(old_results)
+        elif self.replay_ratio == "round_policy":
+            reference_log_probs = log_probs.flatten()  # this network, before the round's steps (line 22)
+        else:
+            reference_log_probs = batch.behaviour_log_probs.flatten()
         return {
             "observations": batch.observations,  # type: ignore[dict-item]
             "actions": batch.actions,
@@ -293,6 +365,7 @@ class PTRPPO(CollectorPPO):
             "log_ratios": log_probs - batch.behaviour_log_probs,
             "dones": batch.terminations | batch.truncations,
             "behaviour_log_probs": batch.behaviour_log_probs.flatten(),
+            "reference_log_probs": reference_log_probs,
             "behaviour_params": batch.behaviour_params,
         }
 
@@ -306,6 +379,8 @@ class PTRPPO(CollectorPPO):
 
     def train(self) -> None:
         """Algorithm 1, lines 16-25: PPO on the fresh rollout, insertion with priorities, replay rounds."""
+        if self.replay_ratio == "old_policy" and self.replay_rounds > 0:
+            self._backup_old_policy()  # line 16
         super().train()
         memory = self.replay_memory
         if self._last_segment is not None:
@@ -314,7 +389,8 @@ class PTRPPO(CollectorPPO):
             # Line 18: priorities of the new segments, with the network just updated on them.
             advantages = None
             if self.priority != "reward":  # (with more environments than slots, only the last ones were kept)
-                advantages = self._score_segments(segment)["advantages"][:, segment.n_envs - len(slots) :]
+                scored = self._score_segments(segment, with_reference=False)
+                advantages = scored["advantages"][:, segment.n_envs - len(slots) :]
             memory.update_priorities(slots, self._priorities(slots, advantages))
 
         stats: dict[str, list[float]] = {}
@@ -350,8 +426,9 @@ class PTRPPO(CollectorPPO):
         clip_range = self.clip_range(self._current_progress_remaining)  # type: ignore[operator]
         self.policy.set_training_mode(True)
         size = advantages.shape[0]
-        losses, policy_losses, value_losses, entropy_losses, clip_fractions, kls, ratio_means = [], [], [], [], [], [], []
-        ratio_max = 0.0
+        losses, policy_losses, value_losses, entropy_losses, clip_fractions, kls = [], [], [], [], [], []
+        is_ratio_means, ratio_means = [], []
+        is_ratio_max = ratio_max = 0.0
         permutation = th.as_tensor(self._replay_rng.permutation(size), device=self.device)
         for start in range(0, size, self.batch_size):
             indices = permutation[start : start + self.batch_size]
@@ -362,12 +439,10 @@ class PTRPPO(CollectorPPO):
             batch_advantages = advantages[indices]
             if self.normalize_advantage and len(batch_advantages) > 1:
                 batch_advantages = (batch_advantages - batch_advantages.mean()) / (batch_advantages.std() + 1e-8)
-            # Eq. (22): clipped surrogate with the ratio to the stored behaviour probability, in log space.
-            log_ratio = th.clamp(log_prob - scored["behaviour_log_probs"][indices], -MAX_LOG_RATIO, MAX_LOG_RATIO)
-            ratio = th.exp(log_ratio)
-            policy_loss = -th.min(
-                batch_advantages * ratio, batch_advantages * th.clamp(ratio, 1 - clip_range, 1 + clip_range)
-            ).mean()
+            # Eq. (22): clipped surrogate, ratio to pi_ref (replay_ratio) in log space.
+            policy_loss, ratio = clipped_surrogate(
+                log_prob, scored["reference_log_probs"][indices], batch_advantages, clip_range
+            )
             # Eq. (16) with V(s) and V(s') in their places: w (r + gamma V(s') (1 - d) - V(s))^2.
             value_loss = (value_weights[indices] * (td_targets[indices] - values) ** 2).mean()
             entropy_loss = -th.mean(entropy) if entropy is not None else -th.mean(-log_prob)
@@ -380,10 +455,12 @@ class PTRPPO(CollectorPPO):
             with th.no_grad():
                 kl = kl_from_params(self.action_space, scored["behaviour_params"][indices], distribution).mean()
                 clip_fraction = (th.abs(ratio - 1) > clip_range).float().mean()
-                statistics = [loss, policy_loss, value_loss, entropy_loss, clip_fraction, kl, ratio.mean(), ratio.max()]
-                values_logged = th.stack(statistics).tolist()
+                is_ratio = clamped_ratio(log_prob - scored["behaviour_log_probs"][indices])  # pi / b, logged as before
+                statistics = [loss, policy_loss, value_loss, entropy_loss, clip_fraction, kl, is_ratio.mean(), ratio.mean()]
+                values_logged = th.stack([*statistics, is_ratio.max(), ratio.max()]).tolist()
             ratio_max = max(ratio_max, values_logged.pop())
-            stores = (losses, policy_losses, value_losses, entropy_losses, clip_fractions, kls, ratio_means)
+            is_ratio_max = max(is_ratio_max, values_logged.pop())
+            stores = (losses, policy_losses, value_losses, entropy_losses, clip_fractions, kls, is_ratio_means, ratio_means)
             for store, value in zip(stores, values_logged, strict=True):
                 store.append(value)
 
@@ -397,8 +474,10 @@ class PTRPPO(CollectorPPO):
             "replay_entropy_loss": float(np.mean(entropy_losses)),
             "replay_clip_fraction": float(np.mean(clip_fractions)),
             "replay_kl": float(np.mean(kls)),
-            "replay_is_ratio_mean": float(np.mean(ratio_means)),
-            "replay_is_ratio_max": ratio_max,
+            "replay_is_ratio_mean": float(np.mean(is_ratio_means)),
+            "replay_is_ratio_max": is_ratio_max,
+            "replay_ratio_mean": float(np.mean(ratio_means)),
+            "replay_ratio_max": ratio_max,
             "rho_marg_mean": float(rho_marg.mean()),
             "rho_marg_max": float(rho_marg.max()),
         }

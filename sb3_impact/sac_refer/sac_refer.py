@@ -6,7 +6,7 @@ import numpy as np
 import torch as th
 from stable_baselines3 import SAC
 from stable_baselines3.common.policies import BasePolicy
-from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
+from stable_baselines3.common.type_aliases import MaybeCallback
 from stable_baselines3.common.utils import polyak_update
 from stable_baselines3.sac.policies import CnnPolicy, MlpPolicy, MultiInputPolicy, SACPolicy
 
@@ -14,19 +14,6 @@ from sb3_impact.common.refer import diag_gaussian_log_prob
 from sb3_impact.common.refer_replay import ATANH_BOUND, ReFERMixin, ReFERReplayBuffer, uniform_log_prob_pre_tanh
 
 SelfSACReFER = TypeVar("SelfSACReFER", bound="SACReFER")
-
-
-def check_refer_compatible(algo: str, kwargs: dict[str, Any], refused: dict[str, Any]) -> None:
-    """ValueError when an argument in ``refused`` differs from the only value ReF-ER supports."""
-    replay_buffer_class = kwargs.get("replay_buffer_class")
-    if replay_buffer_class not in (None, ReFERReplayBuffer):
-        raise ValueError(f"{algo} stores its steps in a ReFERReplayBuffer; got replay_buffer_class={replay_buffer_class}")
-    for name, supported in refused.items():
-        if name in kwargs and kwargs[name] != supported:
-            raise ValueError(
-                f"{algo} does not support {name}={kwargs[name]!r} (only {supported!r}): ReF-ER needs the density "
-                "of the behaviour that chose each stored action"
-            )
 
 
 class SACReFER(ReFERMixin, SAC):
@@ -64,27 +51,7 @@ class SACReFER(ReFERMixin, SAC):
     }
     policy: SACPolicy
     replay_buffer: ReFERReplayBuffer
-
-    def __init__(
-        self,
-        policy: str | type[SACPolicy],
-        env: GymEnv | str,
-        refer_c: float = 4.0,
-        refer_a: float = 5e-7,
-        refer_d: float = 0.1,
-        refer_rules: tuple[int, ...] | list[int] = (1, 2),
-        **kwargs: Any,
-    ):
-        check_refer_compatible("SACReFER", kwargs, {"use_sde": False, "action_noise": None, "n_steps": 1})
-        self._setup_refer(refer_c, refer_a, refer_d, refer_rules)
-        super().__init__(policy, env, **{**kwargs, "replay_buffer_class": ReFERReplayBuffer})
-
-    def _setup_model(self) -> None:
-        self._refer_check_rules_after_load()
-        super()._setup_model()
-
-    def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "_refer_stats"]
+    refused_arguments: ClassVar[dict[str, Any]] = {"use_sde": False, "action_noise": None, "n_steps": 1}
 
     def _behaviour(self, buffer_actions: np.ndarray, warm_up: bool) -> tuple[np.ndarray, ...]:
         """The pre-tanh point ``u = atanh(a)`` and ``mu``'s Gaussian over it (uniform ``a`` during warm-up)."""

@@ -8,13 +8,12 @@ import torch as th
 from stable_baselines3 import TD3
 from stable_baselines3.common.noise import NormalActionNoise
 from stable_baselines3.common.policies import BasePolicy
-from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
+from stable_baselines3.common.type_aliases import MaybeCallback
 from stable_baselines3.common.utils import polyak_update
 from stable_baselines3.td3.policies import CnnPolicy, MlpPolicy, MultiInputPolicy, TD3Policy
 
 from sb3_impact.common.refer import diag_gaussian_log_prob
 from sb3_impact.common.refer_replay import LOG_2, ReFERMixin, ReFERReplayBuffer
-from sb3_impact.sac_refer.sac_refer import check_refer_compatible
 
 SelfTD3ReFER = TypeVar("SelfTD3ReFER", bound="TD3ReFER")
 
@@ -56,23 +55,9 @@ class TD3ReFER(ReFERMixin, TD3):
     }
     policy: TD3Policy
     replay_buffer: ReFERReplayBuffer
-
-    def __init__(
-        self,
-        policy: str | type[TD3Policy],
-        env: GymEnv | str,
-        refer_c: float = 4.0,
-        refer_a: float = 5e-7,
-        refer_d: float = 0.1,
-        refer_rules: tuple[int, ...] | list[int] = (1, 2),
-        **kwargs: Any,
-    ):
-        check_refer_compatible("TD3ReFER", kwargs, {"n_steps": 1})
-        self._setup_refer(refer_c, refer_a, refer_d, refer_rules)
-        super().__init__(policy, env, **{**kwargs, "replay_buffer_class": ReFERReplayBuffer})
+    refused_arguments: ClassVar[dict[str, Any]] = {"n_steps": 1}
 
     def _setup_model(self) -> None:
-        self._refer_check_rules_after_load()
         super()._setup_model()
         n_actions = int(np.prod(self.action_space.shape))
         if self.action_noise is None:
@@ -85,9 +70,6 @@ class TD3ReFER(ReFERMixin, TD3):
         if np.any(noise_mean != 0) or not np.all(noise_std > 0):
             raise ValueError("TD3ReFER needs a zero-mean NormalActionNoise with a positive sigma")
         self.noise_log_std = np.log(noise_std).astype(np.float32)
-
-    def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), "_refer_stats"]
 
     def _behaviour(self, buffer_actions: np.ndarray, warm_up: bool) -> tuple[np.ndarray, ...]:
         """The action and ``mu = N(m_mu(s), sigma)`` (uniform on ``[-1, 1]^d`` during warm-up)."""
