@@ -1,5 +1,6 @@
 """PTR-PPO: the sum-tree, the priority memory, the estimators of section 4 against slow references, and the algorithm."""
 
+import copy
 import math
 import zipfile
 
@@ -15,10 +16,13 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 
 from sb3_impact import PTRPPO
 from sb3_impact.common.distributions import distribution_from_params
+from sb3_impact.common.policy_evaluation import MAX_LOG_RATIO
 from sb3_impact.common.segments import Segment
 from sb3_impact.common.vtrace import fold_truncation_bootstrap
 from sb3_impact.ptr_ppo.memory import PRIORITY_EPS, RunningReturnStatistics, TrajectoryMemory
 from sb3_impact.ptr_ppo.ptr_ppo import (
+    REPLAY_RATIOS,
+    clipped_surrogate,
     done_cut_log_rho,
     gae_with_episode_ends,
     segment_priorities,
@@ -328,6 +332,60 @@ def test_segment_with_truncation_equals_its_two_pieces():
     np.testing.assert_allclose(whole, np.concatenate([first, second]), rtol=1e-12)
 
 
+def slow_surrogate(log_pi: list[float], log_ref: list[float], advantages: list[float], eps: float) -> float:
+    """
+    Eq. (22) as a loss, one sample at a time: -mean(min(r A, clip(r, 1 - eps, 1 + eps) A)) with r = pi / pi_ref (eq. 4),
+    r formed from the log-ratio clamped to [-MAX_LOG_RATIO, MAX_LOG_RATIO] (papers README: ratios are exp(log - log)).
+    """
+    total = 0.0
+    for lp, lq, a in zip(log_pi, log_ref, advantages, strict=True):
+        r = math.exp(min(max(lp - lq, -MAX_LOG_RATIO), MAX_LOG_RATIO))
+        total += min(r * a, min(max(r, 1 - eps), 1 + eps) * a)
+    return -total / len(advantages)
+
+
+def test_clipped_surrogate_against_slow_reference_with_extreme_log_ratios():
+    # log pi, log pi_ref and A^marg by hand: inside the clip, outside on both sides with both signs of A,
+    # and log-ratios of +-80, +-1e4 (a stale snapshot or behaviour probability far from the current policy).
+    log_pi = [-0.5, -0.5, -0.1, -2.0, -0.1, -2.0, 0.0, -1e4, 0.0, -1e4, -90.0, -1.0]
+    log_ref = [-0.6, -0.4, -2.0, -0.1, -2.0, -0.1, -1e4, 0.0, -1e4, 0.0, -10.0, -91.0]
+    advantages = [1.0, -2.0, 0.5, 0.5, -0.5, -0.5, 3.0, 3.0, -3.0, -3.0, 1.5, -1.5]
+    eps = 0.2
+    log_pi_t = th.tensor(log_pi, dtype=th.float64, requires_grad=True)
+    loss, ratio = clipped_surrogate(
+        log_pi_t, th.tensor(log_ref, dtype=th.float64), th.tensor(advantages, dtype=th.float64), eps
+    )
+    assert th.isfinite(loss) and th.isfinite(ratio).all()
+    assert math.isclose(loss.item(), slow_surrogate(log_pi, log_ref, advantages, eps), rel_tol=1e-12)
+    # Where the exact (unclamped) objective is finite the clamp does not change it: r -> inf with A > 0 gives
+    # (1 + eps) A, r -> 0 gives 0 (A > 0) or (1 - eps) A (A < 0).
+    exact = {6: (1 + eps) * 3.0, 7: 0.0, 9: (1 - eps) * -3.0, 10: 0.0}
+    per_sample_loss, _ = zip(
+        *[
+            clipped_surrogate(
+                log_pi_t[i : i + 1],
+                th.tensor([log_ref[i]], dtype=th.float64),
+                th.tensor([advantages[i]], dtype=th.float64),
+                eps,
+            )
+            for i in exact
+        ],
+        strict=True,
+    )
+    for (index, value), sample_loss in zip(exact.items(), per_sample_loss, strict=True):
+        assert math.isclose(-sample_loss.item(), value, abs_tol=1e-6), index
+    loss.backward()
+    assert th.isfinite(log_pi_t.grad).all()
+    # PPO's clip: no gradient where the clipped term is the minimum, or where the log-ratio is clamped
+    for index in (2, 5, 6, 7, 8, 9, 10, 11):
+        assert log_pi_t.grad[index] == 0.0, index
+    assert log_pi_t.grad[0] != 0.0 and log_pi_t.grad[1] != 0.0
+    # float32 too (the learner's dtype)
+    loss32, ratio32 = clipped_surrogate(th.tensor(log_pi), th.tensor(log_ref), th.tensor(advantages), eps)
+    assert th.isfinite(loss32) and th.isfinite(ratio32).all()
+    assert math.isclose(loss32.item(), slow_surrogate(log_pi, log_ref, advantages, eps), rel_tol=1e-5)
+
+
 # ------------------------------------------------------------------------------------------ algorithm
 
 
@@ -427,6 +485,111 @@ def test_save_load_round_trip_without_the_memory(tmp_path):
     assert len(loaded.replay_memory) == 4 and loaded.num_timesteps == 128
 
 
+def per_sample_log_probs_and_values(policy, observations: np.ndarray, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """log pi(a|s) and V(s) one observation at a time (float64 copies), as a slow reference."""
+    log_probs, values = [], []
+    with th.no_grad():
+        for observation, action in zip(observations, actions, strict=True):
+            value, log_prob, _ = policy.evaluate_actions(th.as_tensor(observation[None]), th.as_tensor(action[None]).flatten())
+            log_probs.append(float(log_prob))
+            values.append(float(value))
+    return np.array(log_probs), np.array(values)
+
+
+@pytest.mark.parametrize("replay_ratio", REPLAY_RATIOS)
+def test_replay_round_surrogate_against_slow_reference_from_the_paper(replay_ratio):
+    """
+    One replay round (one minibatch: replay_batch * n_steps = batch_size) against eqs. 18-22 computed one sample at
+    a time: rho^marg from pi / b (eqs. 19-20) times the GAE (eq. 18), and r_t = pi / pi_ref with pi_ref = b, the
+    policy backed up before the fresh update (Algorithm 1, line 16) or the network at the start of the round (line 22).
+    """
+    env = make_vec_env("CartPole-v1", n_envs=2, seed=0, env_kwargs=dict(max_episode_steps=12))
+    model = PTRPPO("MlpPolicy", env, replay_rounds=1, replay_ratio=replay_ratio, seed=0, **SMALL).learn(64)
+    # Line 16 (theta_old <- theta), then a stand-in for the fresh update: pi moves away from pi_old (and from b).
+    model._backup_old_policy()
+    snapshot = model.policy_class(model.observation_space, model.action_space, model.lr_schedule, **model.policy_kwargs)
+    snapshot.load_state_dict(model.policy.state_dict())  # the reference's own copy of theta_old
+    generator = th.Generator().manual_seed(0)
+    with th.no_grad():
+        for parameter in model.policy.parameters():
+            parameter.add_(0.5 * th.randn(parameter.shape, generator=generator))
+    memory = model.replay_memory
+    slots = memory.sample(model.effective_replay_batch, copy.deepcopy(model._replay_rng))
+    segment = memory.get(slots)
+    n_steps, n_envs = segment.n_steps, segment.n_envs
+    observations = segment.observations.reshape(n_steps * n_envs, -1)  # time-major, as the model flattens
+    actions = segment.actions.reshape(n_steps * n_envs, -1)
+    log_pi, values = per_sample_log_probs_and_values(model.policy, observations, actions)
+    log_b = segment.behaviour_log_probs.reshape(-1).astype(np.float64)
+    log_ref = {
+        "behaviour": log_b,
+        "old_policy": per_sample_log_probs_and_values(snapshot, observations, actions)[0],
+        "round_policy": log_pi,
+    }[replay_ratio]
+    # eq. 18 with the current values, bootstrapping after the segment and at time-limit ends
+    with th.no_grad():
+        bootstrap = model.policy.predict_values(th.as_tensor(segment.next_observations)).numpy().reshape(-1)
+        final_values = np.zeros((n_steps, n_envs))
+        for (step, column), final in zip(
+            segment.final_observation_indices,
+            [] if segment.final_observations is None else list(segment.final_observations),
+            strict=True,
+        ):
+            final_values[step, column] = float(model.policy.predict_values(th.as_tensor(final[None])))
+    gae = slow_gae(
+        segment.rewards.astype(np.float64),
+        values.reshape(n_steps, n_envs),
+        bootstrap,
+        final_values,
+        segment.terminations,
+        segment.truncations,
+        model.gamma,
+        model.gae_lambda,
+    )
+    rho = slow_rho_done(np.exp(log_pi - log_b).reshape(n_steps, n_envs), segment.terminations | segment.truncations)
+    rho_marg = np.array([slow_rho_marg(value, model.eps_marg) for value in rho.flat])
+    advantages = rho_marg * gae.reshape(-1)  # eq. 21
+    advantages = (advantages - advantages.mean()) / (advantages.std(ddof=1) + 1e-8)  # normalize_advantage
+    clip = model.clip_range(1.0)
+    expected_loss = slow_surrogate(list(log_pi), list(log_ref), list(advantages), clip)
+
+    stats = model._replay_round()
+    assert math.isclose(stats["replay_policy_gradient_loss"], expected_loss, rel_tol=1e-4, abs_tol=1e-5)
+    assert math.isclose(stats["replay_ratio_mean"], float(np.mean(np.exp(log_pi - log_ref))), rel_tol=1e-4)
+    assert math.isclose(stats["replay_is_ratio_mean"], float(np.mean(np.exp(log_pi - log_b))), rel_tol=1e-4)
+    if replay_ratio == "round_policy":
+        assert math.isclose(stats["replay_ratio_mean"], 1.0, rel_tol=1e-5)  # the ratio starts every round at 1
+    else:  # the perturbation moved pi away from b and pi_old: the three surrogates differ here
+        assert not math.isclose(stats["replay_ratio_mean"], 1.0, rel_tol=1e-3)
+
+
+def test_old_policy_is_the_policy_before_the_fresh_update():
+    env = make_vec_env("CartPole-v1", n_envs=2, seed=0)
+    model = PTRPPO("MlpPolicy", env, replay_rounds=1, replay_ratio="old_policy", **SMALL)
+    before = copy.deepcopy(model.policy.state_dict())
+    model.learn(32)  # one iteration: line 16 backs up the initial weights, then the fresh update and a round move them
+    assert model._old_policy is not None and not model._old_policy.training
+    for name, tensor in before.items():
+        th.testing.assert_close(model._old_policy.state_dict()[name], tensor)
+    assert not th.equal(model.policy.state_dict()["action_net.weight"], before["action_net.weight"])
+    assert not any(parameter.requires_grad for parameter in model._old_policy.parameters())
+    behaviour = PTRPPO("MlpPolicy", env, replay_rounds=1, **SMALL).learn(32)
+    assert behaviour._old_policy is None  # only "old_policy" keeps a second network
+
+
+def test_replay_ratio_survives_save_and_load(tmp_path):
+    env = make_vec_env("CartPole-v1", n_envs=2, seed=0)
+    model = PTRPPO("MlpPolicy", env, replay_rounds=1, replay_ratio="old_policy", **SMALL).learn(32)
+    model.save(tmp_path / "model.zip")
+    with zipfile.ZipFile(tmp_path / "model.zip") as archive:
+        data = archive.read("data").decode()
+    assert "_old_policy" not in data
+    loaded = PTRPPO.load(tmp_path / "model.zip", env=env, device="cpu")
+    assert loaded.replay_ratio == "old_policy" and loaded._old_policy is None
+    loaded.learn(32, reset_num_timesteps=False)  # rebuilt at the next line 16
+    assert loaded._old_policy is not None and loaded.replay_updates == 2
+
+
 class CaptureWriter(KVWriter):
     def __init__(self) -> None:
         self.records: list[dict] = []
@@ -443,7 +606,7 @@ def test_logs_the_ptr_ppo_and_ppo_keys():
     logged = writer.records[-1]  # written when learn() ends
     assert logged["collector/sampled_steps"] == logged["collector/trained_steps"] == 32
     keys = ["priority_mean", "priority_max", "rho_marg_mean", "replay_loss", "policy_gradient_loss", "approx_kl"]
-    for key in [*keys, "replay_policy_gradient_loss", "replay_is_ratio_mean", "replay_is_ratio_max"]:
+    for key in [*keys, "replay_policy_gradient_loss", "replay_is_ratio_mean", "replay_is_ratio_max", "replay_ratio_mean"]:
         assert f"train/{key}" in logged and np.isfinite(logged[f"train/{key}"]), key
 
 
@@ -458,11 +621,18 @@ def test_logs_the_ptr_ppo_and_ppo_keys():
         (dict(priority_alpha=-0.1), "priority_alpha"),
         (dict(replay_rounds=-1), "replay_rounds"),
         (dict(replay_batch=0), "replay_batch"),
+        (dict(replay_ratio="pi_old"), "replay_ratio"),
     ],
 )
 def test_bad_input_raises_naming_the_parameter(kwargs, parameter):
     with pytest.raises(ValueError, match=parameter):
         PTRPPO("MlpPolicy", make_vec_env("CartPole-v1", n_envs=2), **{**SMALL, **kwargs})
+
+
+def test_bad_replay_ratio_lists_the_allowed_values():
+    with pytest.raises(ValueError, match="replay_ratio") as error:
+        PTRPPO("MlpPolicy", make_vec_env("CartPole-v1", n_envs=2), replay_ratio="pi/b", **SMALL)
+    assert all(value in str(error.value) for value in ("behaviour", "old_policy", "round_policy"))
 
 
 def test_more_envs_than_memory_slots_keeps_the_newest_segments():
