@@ -439,7 +439,7 @@ def test_insertion_priorities_follow_the_definition(priority):
     if priority == "reward":
         expected = np.abs(memory.returns[slots] - memory.return_statistics.mean) / memory.return_statistics.std
     else:
-        scored = model._score_segments(memory.get(slots))
+        scored = model._score_segments(memory.get(slots), with_reference=False)  # as line 18 does
         expected = segment_priorities(scored["advantages"], priority)
     np.testing.assert_allclose(memory.priorities[slots], expected, rtol=1e-5)
 
@@ -573,7 +573,8 @@ def test_old_policy_is_the_policy_before_the_fresh_update():
         th.testing.assert_close(model._old_policy.state_dict()[name], tensor)
     assert not th.equal(model.policy.state_dict()["action_net.weight"], before["action_net.weight"])
     assert not any(parameter.requires_grad for parameter in model._old_policy.parameters())
-    behaviour = PTRPPO("MlpPolicy", env, replay_rounds=1, **SMALL).learn(32)
+    assert PTRPPO("MlpPolicy", env, **SMALL).replay_ratio == "old_policy"  # the default (measured, docs)
+    behaviour = PTRPPO("MlpPolicy", env, replay_rounds=1, replay_ratio="behaviour", **SMALL).learn(32)
     assert behaviour._old_policy is None  # only "old_policy" keeps a second network
 
 

@@ -158,7 +158,10 @@ class PTRPPO(CollectorPPO):
         the PTR-PPO update of line 23), i.e. the network that scores the round's segments; the ratio starts
         every round at 1. Both policy snapshots are evaluated without gradient on the replayed observations,
         in chunks, as log-probabilities. ``train/replay_ratio_mean`` and ``train/replay_ratio_max`` log this
-        ratio; ``train/replay_is_ratio_*`` keep logging ``pi / b``.
+        ratio; ``train/replay_is_ratio_*`` keep logging ``pi / b``. Default ``"old_policy"``: measured against
+        the other two on CartPole-v1 and Acrobot-v1 (5 seeds, docs/algorithms/ptr_ppo.md, "Replay ratio"),
+        the difference depends on the environment, so the ratio to a ``theta_old`` snapshot that eq. 22
+        writes is kept, and of the two snapshots the one that never collapsed.
     :param target_kl: Early stopping of the fresh-rollout PPO epochs (as SB3 PPO)
     :param async_collection: Collect the next rollouts while the learner trains (see :class:`CollectorPPO`);
         False collects, then trains, as SB3's PPO
@@ -204,7 +207,7 @@ class PTRPPO(CollectorPPO):
         priority: str = "max",
         priority_alpha: float = 0.6,
         eps_marg: float = 0.2,
-        replay_ratio: str = "behaviour",
+        replay_ratio: str = "old_policy",
         target_kl: float | None = None,
         async_collection: bool = False,
         collector: str = "thread",
