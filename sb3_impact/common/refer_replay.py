@@ -25,6 +25,7 @@ penalty only competes with the actor's objective (as in the paper's DDPG).
 """
 
 import math
+from abc import ABC, abstractmethod
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
@@ -204,7 +205,7 @@ def check_refer_compatible(algo: str, kwargs: dict[str, Any], refused: dict[str,
             )
 
 
-class ReFERMixin:
+class ReFERMixin(ABC):
     """
     ReF-ER as a loss hook for an SB3 off-policy actor-critic (see the module docstring), placed before the SB3
     class in the bases: ``class SACReFER(ReFERMixin, SAC)``.
@@ -251,9 +252,12 @@ class ReFERMixin:
         """``c_max(t) = 1 + C / (1 + A t)`` (eq. 13), ``t`` the environment step."""
         return annealed_c_max(self.refer_c, self.refer_a, self.num_timesteps)
 
+    @abstractmethod
     def _behaviour(self, buffer_actions: np.ndarray, warm_up: bool) -> tuple[np.ndarray, ...]:
-        """``(points, mean, log_std, log_prob)`` of the behaviour that chose ``buffer_actions``."""
-        raise NotImplementedError
+        """
+        ``(points, mean, log_std, log_prob)`` of the behaviour that chose ``buffer_actions``; each algorithm
+        defines its own (SB3's ``BaseAlgorithm`` is an ABC, so a class without it cannot be instantiated).
+        """
 
     def _sample_action(self, learning_starts: int, action_noise: Any = None, n_envs: int = 1) -> tuple[np.ndarray, np.ndarray]:
         actions, buffer_actions = super()._sample_action(learning_starts, action_noise, n_envs)  # type: ignore[misc]
