@@ -15,7 +15,7 @@ from sb3_impact.common.async_algorithm import AsyncOnPolicyAlgorithm
 from sb3_impact.common.buffers import TrainingBatch
 from sb3_impact.common.distributions import behaviour_params, kl_from_params
 from sb3_impact.common.observations import index_observation
-from sb3_impact.common.policy_evaluation import MAX_LOG_RATIO, evaluate_policy_and_values
+from sb3_impact.common.policy_evaluation import clamped_ratio, evaluate_policy_and_values
 from sb3_impact.impact.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
 SelfIMPACT = TypeVar("SelfIMPACT", bound="IMPACT")
@@ -304,7 +304,7 @@ class IMPACT(AsyncOnPolicyAlgorithm):
         behaviour_log_prob = batch.behaviour_log_probs.flatten()[select]
         target_log_prob = batch.target_log_probs.flatten()[select]
         denominator = th.maximum(target_log_prob, behaviour_log_prob - math.log(self.target_worker_clip))
-        ratio = th.exp(th.clamp(log_prob - denominator, -MAX_LOG_RATIO, MAX_LOG_RATIO))
+        ratio = clamped_ratio(log_prob - denominator)
         # PPO epsilon-clip on top of the IMPACT ratio (appendix E, "IMPACT target epsilon-clip").
         policy_loss = -th.min(advantages * ratio, advantages * th.clamp(ratio, 1 - clip_range, 1 + clip_range)).mean()
         # Value loss towards the V-trace targets (Algorithm 1, line 8).

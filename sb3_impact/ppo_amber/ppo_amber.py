@@ -15,7 +15,7 @@ from torch.nn import functional as F
 
 from sb3_impact.common.collector_ppo import CollectorPPO
 from sb3_impact.common.distributions import kl_from_params
-from sb3_impact.common.policy_evaluation import MAX_LOG_RATIO, evaluate_in_chunks
+from sb3_impact.common.policy_evaluation import MAX_LOG_RATIO, clamped_ratio, evaluate_in_chunks
 from sb3_impact.ppo_amber.memory import BatchReplayMemory, StoredBatch
 from sb3_impact.ppo_amber.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
@@ -310,7 +310,7 @@ class PPOAMBER(CollectorPPO):
 
                 # IS weight pi / mu against each sample's stored behaviour probability (eq. 7), in log space.
                 log_ratio = log_prob - rollout_data.old_log_prob
-                ratio = th.exp(th.clamp(log_ratio, -MAX_LOG_RATIO, MAX_LOG_RATIO))
+                ratio = clamped_ratio(log_ratio)
 
                 # Clipped surrogate, eq. (3) / (7).
                 policy_loss_1 = advantages * ratio
