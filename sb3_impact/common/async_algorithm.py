@@ -7,14 +7,18 @@ from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
 import gymnasium as gym
+from gymnasium import spaces
 import numpy as np
 import torch as th
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.policies import ActorCriticCnnPolicy, ActorCriticPolicy, BasePolicy, MultiInputActorCriticPolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 
-from sb3_impact.common.buffers import CircularBuffer, TrainingBatch
-from sb3_impact.common.collection import CollectorMixin
+from sb3_impact.common.segments import Segment
+
+from sb3_impact.common.buffers import BehaviourRolloutBuffer, CircularBuffer, DictBehaviourRolloutBuffer, TrainingBatch
+from sb3_impact.common.collection import OnPolicySegmentMixin
+from sb3_impact.common.collectors import Collector
 from sb3_impact.common.distributions import check_action_space
 from sb3_impact.common.observations import check_observation_space
 from sb3_impact.common.policy_evaluation import MAX_LOG_RATIO
@@ -23,18 +27,19 @@ from sb3_impact.common.vtrace import fold_truncation_bootstrap, vtrace
 SelfAsyncOnPolicyAlgorithm = TypeVar("SelfAsyncOnPolicyAlgorithm", bound="AsyncOnPolicyAlgorithm")
 
 
-class AsyncOnPolicyAlgorithm(CollectorMixin, OnPolicyAlgorithm):
+class AsyncOnPolicyAlgorithm(OnPolicySegmentMixin, OnPolicyAlgorithm):
     """
-    Actor-critic learner trained from V-trace-corrected segments, delivered by a :class:`Collector`.
+    Actor-critic learner trained from V-trace-corrected segments, delivered by a ``collector`` through the one
+    segment loop (:class:`~sb3_impact.common.collection.SegmentLoopMixin`).
 
-    The learner walks a :class:`CircularBuffer` of ``circular_buffer_size`` batches, each reused
-    ``max_batch_reuse`` times (IMPALA uses 1 and 1), trains on each batch drawn (:meth:`_train_step`: one
-    gradient step, or a pass in minibatches), and publishes its weights to the collector every
-    ``broadcast_interval`` draws; ``_n_updates`` counts draws. Callbacks, the logger and
-    the counters run on the thread that called :meth:`learn`, with one ``on_step`` per collected vector step.
+    Each segment enters a :class:`CircularBuffer` of ``circular_buffer_size`` batches, each reused
+    ``max_batch_reuse`` times (IMPALA uses 1 and 1); after it the learner draws batches from the buffer until a
+    slot needs a new one, trains on each draw (:meth:`_train_step`: one gradient step, or a pass in
+    minibatches), and publishes its weights to the collector every ``broadcast_interval`` draws; ``_n_updates``
+    counts draws. ``rollout_buffer`` and ``collect_rollouts`` are SB3's on-policy surface (the learner itself
+    trains from the circular buffer).
 
-    Subclasses implement :meth:`_train_step` (the loss) and may override :meth:`_on_first_use`. The
-    collection parameters (``async_collection``, ``collector``, ...) are :class:`CollectorMixin`'s.
+    Subclasses implement :meth:`_train_step` (the loss) and may override :meth:`_on_first_use`.
     """
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
@@ -62,12 +67,8 @@ class AsyncOnPolicyAlgorithm(CollectorMixin, OnPolicyAlgorithm):
         vtrace_clip_pg_rho_threshold: float,
         normalize_advantage: bool,
         broadcast_interval: int,
-        async_collection: bool,
-        collector_queue_size: int,
-        collector: str = "thread",
-        num_workers: int | None = None,
-        envs_per_worker: int | None = None,
-        ray_address: str | None = None,
+        collector: str | type[Collector] = "thread",
+        collector_kwargs: dict[str, Any] | None = None,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
@@ -97,9 +98,7 @@ class AsyncOnPolicyAlgorithm(CollectorMixin, OnPolicyAlgorithm):
         for name, value in (("ent_coef", ent_coef), ("vf_coef", vf_coef), ("max_grad_norm", max_grad_norm)):
             if value < 0:
                 raise ValueError(f"{name} must be >= 0, got {value}")
-        env = self._init_collection(
-            env, async_collection, collector, collector_queue_size, num_workers, envs_per_worker, ray_address
-        )
+        env = self._init_collection(env, collector, collector_kwargs)
         if policy_kwargs and (policy_kwargs.get("use_sde") or policy_kwargs.get("squash_output")):
             raise ValueError("policy_kwargs: use_sde and squash_output are not supported (behaviour storage needs a Gaussian)")
 
@@ -146,6 +145,17 @@ class AsyncOnPolicyAlgorithm(CollectorMixin, OnPolicyAlgorithm):
             self.observation_space, self.action_space, self.lr_schedule, **self.policy_kwargs
         )
         self.policy = self.policy.to(self.device)
+        # SB3's on-policy surface (collect_rollouts); the learner trains from the circular buffer.
+        rollout_buffer_class = DictBehaviourRolloutBuffer if isinstance(self.observation_space, spaces.Dict) else BehaviourRolloutBuffer
+        self.rollout_buffer = rollout_buffer_class(
+            self.n_steps,
+            self.observation_space,
+            self.action_space,
+            device=self.device,
+            gamma=self.gamma,
+            gae_lambda=self.gae_lambda,
+            n_envs=self.n_envs,
+        )
         self._maybe_recommend_cpu()
 
     def _excluded_save_params(self) -> list[str]:
@@ -167,59 +177,42 @@ class AsyncOnPolicyAlgorithm(CollectorMixin, OnPolicyAlgorithm):
         reset_num_timesteps: bool = True,
         progress_bar: bool = False,
     ) -> SelfAsyncOnPolicyAlgorithm:
-        iteration = 0
-        total_timesteps, callback = self._setup_learn(
-            total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
+        return self._learn_from_segments(
+            total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar
         )
-        assert self.env is not None
 
-        buffer = CircularBuffer(self.circular_buffer_size, self.max_batch_reuse)
-        self._circular_buffer = buffer
-        self._on_learn_start()
-        try:
-            with self._collecting(self.n_steps) as collector:
-                callback.on_training_start(locals(), globals())
-                while True:
-                    if buffer.needs_batch():
-                        # Stop where new data would be needed: every batch in the buffer has had its scheduled uses.
-                        if self.num_timesteps >= total_timesteps:
-                            break
-                        segment = collector.get_segment()
-                        if not self._replay_callbacks(segment, callback):
-                            break
-                        iteration += 1
-                        self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
-                        if log_interval is not None and iteration % log_interval == 0:
-                            self.dump_logs(iteration)
-                        batch = TrainingBatch.from_segment(segment, self.device)
-                        self._on_first_use(batch)
-                        buffer.put(batch)
-                        self.trained_steps += batch.size
-                        self.policy.set_training_mode(True)  # callbacks (evaluation) may have switched it off
-                        # Asynchrony: learner updates between the weights that collected the batch and now.
-                        self._record_train_stats({"policy_lag": float(self._n_updates - batch.policy_version)})
-                    batch = buffer.next_batch()
-                    self._update_learning_rate(self.policy.optimizer)
-                    stats = self._train_step(batch)
-                    self._n_updates += 1
-                    self._record_train_stats(stats)
-                    self._after_update()
-                    if self._n_updates % self.broadcast_interval == 0:
-                        collector.broadcast(self.policy.state_dict(), self._n_updates)
-        finally:
-            self._circular_buffer = None
-        self._log_collection_counters()
-        self.logger.dump(step=self.num_timesteps)
-        callback.on_training_end()
-        return self
+    def _segment_steps(self) -> int:
+        return self.n_steps
 
-    def _update_current_progress_remaining(self, num_timesteps: int, total_timesteps: int) -> None:
-        # The last segment may overshoot total_timesteps: never let a schedule see negative progress.
-        super()._update_current_progress_remaining(num_timesteps, total_timesteps)
-        self._current_progress_remaining = max(self._current_progress_remaining, 0.0)
+    def _on_learn_start(self, collector: Collector) -> None:
+        self._circular_buffer = CircularBuffer(self.circular_buffer_size, self.max_batch_reuse)
 
-    def _on_learn_start(self) -> None:
-        """Called in :meth:`learn` before collection starts (IMPACT builds its target network here)."""
+    def _on_learn_end(self) -> None:
+        # As SB3's PPO: the last training statistics stay in the logger after learn() (until the next dump).
+        self._record_train_logs()
+        self._circular_buffer = None
+
+    def _store_segment(self, segment: Segment) -> None:
+        """The segment enters the circular buffer as a batch on the learner's device."""
+        assert self._circular_buffer is not None
+        batch = TrainingBatch.from_segment(segment, self.device)
+        self._on_first_use(batch)
+        self._circular_buffer.put(batch)
+
+    def _train_on_segment(self, segment: Segment) -> None:
+        """Batch draws until the slot under the cursor needs a new batch (IMPACT, Algorithm 1, lines 5-11)."""
+        buffer = self._circular_buffer
+        assert buffer is not None
+        self.policy.set_training_mode(True)  # callbacks (evaluation) may have switched it off
+        while not buffer.needs_batch():
+            batch = buffer.next_batch()
+            self._update_learning_rate(self.policy.optimizer)
+            stats = self._train_step(batch)
+            self._n_updates += 1
+            self._record_train_stats(stats)
+            self._after_update()
+            if self._n_updates % self.broadcast_interval == 0:
+                self._broadcast_weights()
 
     def _on_first_use(self, batch: TrainingBatch) -> None:
         """Called once per batch, when it enters the circular buffer (before its first gradient step)."""
@@ -232,7 +225,9 @@ class AsyncOnPolicyAlgorithm(CollectorMixin, OnPolicyAlgorithm):
         """Train on one draw of ``batch``; returns the statistics to log (means over the log interval)."""
 
     def train(self) -> None:
-        raise RuntimeError(f"{type(self).__name__} trains inside learn(), one batch at a time")
+        raise RuntimeError(
+            f"{type(self).__name__} trains inside learn(), one circular-buffer batch at a time, not from the rollout buffer"
+        )
 
     def _vtrace_targets(
         self, batch: TrainingBatch, values: th.Tensor, target_log_probs: th.Tensor, policy: ActorCriticPolicy
@@ -281,16 +276,11 @@ class AsyncOnPolicyAlgorithm(CollectorMixin, OnPolicyAlgorithm):
         for key, value in stats.items():
             self._train_stats[key].append(value)
 
-    def dump_logs(self, iteration: int = 0) -> None:
+    def _record_train_logs(self) -> None:
+        """The ``train/`` statistics since the last record: means, maxima for ``*_max`` keys."""
         for key, values in self._train_stats.items():
-            if not values:
-                continue
-            if key.endswith("_max"):
-                self.logger.record(f"train/{key}", float(np.max(values)))
-            else:
-                self.logger.record(f"train/{key}", float(np.mean(values)))
-            if key == "policy_lag":
-                self.logger.record("train/policy_lag_max", float(np.max(values)))
+            if values:
+                self.logger.record(f"train/{key}", float(np.max(values) if key.endswith("_max") else np.mean(values)))
         self._train_stats.clear()
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
         if self._circular_buffer is not None:
@@ -299,5 +289,7 @@ class AsyncOnPolicyAlgorithm(CollectorMixin, OnPolicyAlgorithm):
             if self._circular_buffer.released_batches > 0:
                 reuse = self._circular_buffer.released_uses / self._circular_buffer.released_batches
                 self.logger.record("train/buffer_reuse_mean", reuse)
-        self._log_collection_counters()
+
+    def dump_logs(self, iteration: int = 0) -> None:
+        self._record_train_logs()
         super().dump_logs(iteration)

@@ -1,31 +1,39 @@
 """
-What every algorithm here shares to learn from a :class:`~sb3_impact.common.collectors.Collector`: its
-parameters (checked once), the collector's construction and lifecycle, SB3's per-step bookkeeping for
-each collected segment, and the step counters (``sampled = trained + dropped``).
+The one segment loop every algorithm here learns through: environment -> collector -> memory -> loss.
+
+:class:`SegmentLoopMixin` builds the ``collector`` component, runs ``learn()`` over the segments it
+delivers (SB3's callbacks replayed step by step, the step counters, progress, policy lag and the weight
+broadcast, each written once here) and leaves two hooks to the algorithm: :meth:`~SegmentLoopMixin._store_segment`
+(into its memory: a rollout buffer, a circular buffer, an episode memory) and
+:meth:`~SegmentLoopMixin._train_on_segment` (its loss). :class:`OnPolicySegmentMixin` adds SB3's on-policy
+surface (``rollout_buffer``, ``collect_rollouts``) on top of it.
 """
 
 import contextlib
+import math
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import cloudpickle
 import gymnasium as gym
 import numpy as np
 import torch as th
+from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.policies import BasePolicy
+from stable_baselines3.common.type_aliases import MaybeCallback
+from stable_baselines3.common.utils import obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
 
 from sb3_impact.common.collectors import (
-    COLLECTOR_NAMES,
     Collector,
     CollectorError,
-    ProcessCollector,
     SegmentSampler,
     SyncCollector,
-    ThreadCollector,
+    check_collector,
 )
+from sb3_impact.common.policy_evaluation import segment_values
 from sb3_impact.common.segments import Segment
 
 EnvFactory = Callable[[], gym.Env]
@@ -49,102 +57,57 @@ def close_env_after_failure(env: VecEnv) -> None:
         process.join(timeout=5)
 
 
-def check_collector_parameters(
-    async_collection: bool,
-    collector: str,
-    collector_queue_size: int,
-    worker_env: str | EnvFactory | None,
-    num_workers: int | None,
-    envs_per_worker: int | None,
-    ray_address: str | None,
-) -> None:
-    """ValueError/TypeError naming the parameter, for the collection parameters every algorithm here takes."""
-    if not isinstance(async_collection, (bool, np.bool_)):
-        raise TypeError(f"async_collection must be a bool, got {async_collection!r}")
-    if collector not in COLLECTOR_NAMES:
-        raise ValueError(f"collector must be one of {sorted(COLLECTOR_NAMES)}, got {collector!r}")
-    if isinstance(collector_queue_size, bool) or not isinstance(collector_queue_size, (int, np.integer)):
-        raise ValueError(f"collector_queue_size must be an integer >= 1, got {collector_queue_size!r}")
-    if collector_queue_size < 1:
-        raise ValueError(f"collector_queue_size must be an integer >= 1, got {collector_queue_size!r}")
-    for name, value in (("num_workers", num_workers), ("envs_per_worker", envs_per_worker)):
-        if value is not None and (not isinstance(value, (int, np.integer)) or value < 1):
-            raise ValueError(f"{name} must be an integer >= 1 or None, got {value!r}")
-    if ray_address is not None and not isinstance(ray_address, str):
-        raise TypeError(f"ray_address must be a string (host:port or 'auto') or None, got {ray_address!r}")
-    if collector != "ray":
-        ray_parameters = {"num_workers": num_workers, "envs_per_worker": envs_per_worker, "ray_address": ray_address}
-        for name, value in ray_parameters.items():
-            if value is not None:
-                raise ValueError(f"{name} is only used with collector='ray' (collector={collector!r})")
-        return
-    from sb3_impact.common.collectors.ray import import_ray
-
-    import_ray()  # ImportError naming the extra to install
-    if not async_collection:
-        raise ValueError("collector='ray' collects asynchronously: it needs async_collection=True")
-    if worker_env is None:
-        raise ValueError(
-            "env: collector='ray' builds the environments inside remote workers, so env must be given as an "
-            "environment id or a picklable factory (a callable returning a gymnasium.Env), not an env instance"
-        )
-
-
-class CollectorMixin:
+class SegmentLoopMixin:
     """
-    Mixed into an SB3 algorithm (before it in the bases) whose data comes from a collector.
+    Mixed into an SB3 algorithm (before it in the bases) whose data comes from a ``collector``.
 
     The algorithm calls :meth:`_init_collection` in ``__init__`` (before SB3's, which it hands the env
-    returned), opens :meth:`_collecting` around its training loop, calls :meth:`_replay_callbacks` for every
-    segment it takes and adds the segment's size to ``trained_steps`` when it trains on it. ``env`` may be a
-    factory (a picklable callable returning a ``gymnasium.Env``): the learner's VecEnv is then one environment
-    built from it. With ``collector="ray"``, ``num_workers`` Ray actors each build ``envs_per_worker``
-    environments from the id or factory that ``env`` was given as; the learner's own VecEnv only defines the
-    spaces.
+    returned), implements :meth:`_segment_steps`, :meth:`_store_segment` and :meth:`_train_on_segment`, and
+    its ``learn()`` is :meth:`_learn_from_segments`. ``env`` may be a factory (a picklable callable returning a
+    ``gymnasium.Env``): the learner's VecEnv is then one environment built from it, and collectors that build
+    their own environments (Ray) build them from it.
+
+    The loop, for each segment: the callbacks' ``on_rollout_start``, one ``on_step`` per vector step (on the
+    thread that called ``learn()``), :meth:`_store_segment`, ``on_rollout_end``; the progress and the logs
+    (every ``log_interval`` segments); :meth:`_train_on_segment`; the broadcast of the new weights. It stops
+    once ``total_timesteps`` are counted, and the collector is given that many steps (rounded up to whole
+    segments) as its budget, so the environments step what was counted. Counters: ``sampled = trained +
+    dropped`` once ``learn()`` has returned (dropped: collected, not trained on, e.g. after a callback stop).
     """
 
-    # Whether the thread collector caps the learner's torch threads (see ThreadCollector); by measurement.
-    thread_collector_limits_threads: bool = False
+    #: Collector options this algorithm sets unless ``collector_kwargs`` does, per collector name.
+    default_collector_kwargs: ClassVar[dict[str, dict[str, Any]]] = {}
     env: VecEnv | None
     policy: BasePolicy
     num_timesteps: int
     _last_obs: Any
     _n_updates: int
 
-    def _init_collection(
-        self,
-        env: Any,
-        async_collection: bool,
-        collector: str,
-        collector_queue_size: int,
-        num_workers: int | None,
-        envs_per_worker: int | None,
-        ray_address: str | None,
-    ) -> Any:
+    def _init_collection(self, env: Any, collector: str | type[Collector], collector_kwargs: dict[str, Any] | None) -> Any:
         """Check and store the collection parameters; returns the env to hand to SB3 (a factory is called)."""
         # Where remote workers build their environments from: the id or factory the learner's env came from.
         worker_env = env if isinstance(env, str) or is_env_factory(env) else None
-        check_collector_parameters(
-            async_collection, collector, collector_queue_size, worker_env, num_workers, envs_per_worker, ray_address
-        )
-        self.async_collection = bool(async_collection)
+        collector_type = check_collector(collector, collector_kwargs)
+        if collector_type.needs_env_source and worker_env is None:
+            raise ValueError(
+                f"env: collector={collector!r} builds the environments inside its workers, so env must be given as an "
+                "environment id or a picklable factory (a callable returning a gymnasium.Env), not an env instance"
+            )
         self.collector = collector
-        self.collector_queue_size = int(collector_queue_size)
+        self.collector_kwargs = dict(collector_kwargs or {})
         self.worker_env = worker_env
-        self.num_workers = num_workers
-        self.envs_per_worker = envs_per_worker
-        self.ray_address = ray_address
-        # Counters of the last learn() call (see _log_collection_counters)
+        # Counters of the last learn() call (see _record_collection_logs)
         self.sampled_steps = 0
         self.trained_steps = 0
         self.dropped_steps = 0
         self.collector_stats: dict[str, float] = {}
         self._collector: Collector | None = None
+        self._policy_lags: list[float] = []
         return env() if is_env_factory(env) else env
 
     def _collection_excluded_save_params(self) -> list[str]:
         """What SB3's save must leave out: the running collector, and a factory that cannot be pickled."""
-        excluded = ["_collector"]
+        excluded = ["_collector", "_policy_lags"]
         if not isinstance(self.worker_env, (str, type(None))):
             try:
                 cloudpickle.dumps(self.worker_env)
@@ -158,12 +121,34 @@ class CollectorMixin:
                 excluded.append("worker_env")
         return excluded
 
+    # ------------------------------------------------------------------ hooks of the algorithm
+
+    def _segment_steps(self) -> int:
+        """Vector steps of one collected segment."""
+        raise NotImplementedError
+
+    def _store_segment(self, segment: Segment) -> None:
+        """Put a collected segment into the algorithm's memory (after its ``on_step`` callbacks, before ``on_rollout_end``)."""
+        raise NotImplementedError
+
+    def _train_on_segment(self, segment: Segment) -> None:
+        """Train after a segment was stored (the weights are broadcast after it)."""
+        raise NotImplementedError
+
+    def _on_learn_start(self, collector: Collector) -> None:
+        """Called in :meth:`_learn_from_segments` once the collector runs, before the first segment."""
+
+    def _on_learn_end(self) -> None:
+        """Called at the end of :meth:`_learn_from_segments`, however it ends, once the collector is closed."""
+
+    # ------------------------------------------------------------------ the collector
+
     def _make_policy_copy(self, device: th.device | str) -> BasePolicy:
         """
         A copy of the learner policy on ``device``, in evaluation mode and without gradients.
 
         Building it draws no random numbers from the global generator (it is forked around the
-        construction), so that with a seed, synchronous collection draws the same actions as SB3's PPO.
+        construction), so that a seeded run draws the same actions whatever the collector.
         """
         with th.random.fork_rng(devices=[]):
             policy_copy = self.policy.__class__(**self.policy._get_constructor_parameters())
@@ -173,41 +158,35 @@ class CollectorMixin:
         policy_copy.requires_grad_(False)
         return policy_copy
 
-    def _make_collector(self, segment_steps: int) -> Collector:
-        """The collector of one learn() call, sampling segments of ``segment_steps`` vector steps."""
-        assert self.env is not None and self._last_obs is not None
-        sampler = SegmentSampler(self.env, self._make_policy_copy("cpu"), segment_steps, self._last_obs)
+    def _make_collector(self, segment_steps: int | None = None, env: VecEnv | None = None) -> Collector:
+        """The collector of one learn() call (``segment_steps`` vector steps a segment; default the algorithm's)."""
+        env = self.env if env is None else env
+        assert env is not None
+        if self._last_obs is None:
+            self._last_obs = env.reset()
+        collector_type = check_collector(self.collector, self.collector_kwargs)
+        # In the learner's thread the sampler steps the learner's own policy, as SB3's loops do.
+        policy = self.policy if collector_type.in_learner_thread else self._make_policy_copy("cpu")
+        steps = self._segment_steps() if segment_steps is None else segment_steps
+        sampler = SegmentSampler(env, policy, steps, self._last_obs, env_source=self.worker_env)
         sampler.policy_version = self._n_updates
         sampler.sde_sample_freq = getattr(self, "sde_sample_freq", -1)
-        if not self.async_collection:
-            return SyncCollector(sampler)
-        if self.collector == "ray":
-            from sb3_impact.common.collectors.ray import RayCollector
-
-            return RayCollector(
-                sampler,
-                queue_size=self.collector_queue_size,
-                worker_env=self.worker_env,
-                num_workers=self.num_workers,
-                envs_per_worker=self.envs_per_worker or 1,
-                address=self.ray_address,
-            )
-        if self.collector == "thread":
-            return ThreadCollector(
-                sampler, queue_size=self.collector_queue_size, limit_learner_threads=self.thread_collector_limits_threads
-            )
-        return ProcessCollector(sampler, queue_size=self.collector_queue_size)
+        name = self.collector if isinstance(self.collector, str) else ""
+        options = {**self.default_collector_kwargs.get(name, {}), **self.collector_kwargs}
+        return collector_type(sampler, **options)
 
     @contextlib.contextmanager
-    def _collecting(self, segment_steps: int) -> Iterator[Collector]:
+    def _collecting(self, step_budget: int | None) -> Iterator[Collector]:
         """
         Start a collector for the body of a learn() call and always close it: after a normal end, an
         exception, Ctrl-C or a callback stop. Leaves the counters and ``_last_obs`` as the collector left them.
         """
         assert self.env is not None
-        collector = self._make_collector(segment_steps)
+        collector = self._make_collector()
+        collector.set_step_budget(step_budget)
         self._collector = collector
         self.trained_steps = 0
+        self._policy_lags = []
         failed = False
         try:
             # Started before the callbacks (a progress bar's thread, say), so that a forked collector
@@ -229,8 +208,57 @@ class CollectorMixin:
                 close_env_after_failure(self.env)
                 self._last_obs = None
 
-    def _replay_callbacks(self, segment: Segment, callback: BaseCallback) -> bool:
-        """Run SB3's per-step bookkeeping for a collected segment, as ``collect_rollouts`` does for PPO."""
+    def _broadcast_weights(self) -> None:
+        """Publish the learner's weights to the running collector (version: ``_n_updates``)."""
+        if self._collector is not None:
+            self._collector.broadcast(self.policy.state_dict(), self._n_updates)
+
+    # ------------------------------------------------------------------ the loop
+
+    def _learn_from_segments(
+        self,
+        total_timesteps: int,
+        callback: MaybeCallback,
+        log_interval: int | None,
+        tb_log_name: str,
+        reset_num_timesteps: bool,
+        progress_bar: bool,
+    ) -> Any:
+        """SB3's ``learn()``: collect, store, train, broadcast, one segment at a time (see the class docstring)."""
+        total_timesteps, callback = self._setup_learn(  # type: ignore[attr-defined]
+            total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
+        )
+        assert self.env is not None
+        iteration = 0
+        try:
+            with self._collecting(max(total_timesteps - self.num_timesteps, 0)) as collector:
+                callback.on_training_start(locals(), globals())
+                self._on_learn_start(collector)
+                while self.num_timesteps < total_timesteps:
+                    segment = collector.get_segment()
+                    self._policy_lags.append(float(self._n_updates - segment.policy_version))
+                    if not self._replay_segment(segment, callback, self._store_segment):
+                        break
+                    iteration += 1
+                    self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
+                    if log_interval is not None and iteration % log_interval == 0:
+                        self.dump_logs(iteration)
+                    self._train_on_segment(segment)
+                    self.trained_steps += segment.size
+                    self._broadcast_weights()
+        finally:
+            self._on_learn_end()
+        # As SB3: the last values stay in the logger (name_to_value) until the next dump.
+        self._record_collection_logs()
+        callback.on_training_end()
+        return self
+
+    def _replay_segment(self, segment: Segment, callback: BaseCallback, store: Callable[[Segment], None]) -> bool:
+        """
+        SB3's per-step bookkeeping for a collected segment, as its ``collect_rollouts`` does: ``on_step`` for
+        every vector step, then ``store(segment)``, then ``on_rollout_end``. False if a callback stopped training
+        (the segment is then not stored).
+        """
         callback.on_rollout_start()
         for step in range(segment.n_steps):
             self.num_timesteps += segment.n_envs
@@ -243,12 +271,29 @@ class CollectorMixin:
             if not callback.on_step():
                 return False
             self._update_info_buffer(infos, dones)  # type: ignore[attr-defined]
+        store(segment)
+        callback.update_locals(locals())
         callback.on_rollout_end()
         return True
 
-    def _log_collection_counters(self) -> None:
-        """Sampled = trained + in flight while learning; sampled = trained + dropped once learn() has returned."""
+    def _update_current_progress_remaining(self, num_timesteps: int, total_timesteps: int) -> None:
+        # The last segment may overshoot total_timesteps: never let a schedule see negative progress.
+        super()._update_current_progress_remaining(num_timesteps, total_timesteps)  # type: ignore[misc]
+        self._current_progress_remaining = max(self._current_progress_remaining, 0.0)
+
+    # ------------------------------------------------------------------ logs
+
+    def _record_collection_logs(self) -> None:
+        """
+        ``train/policy_lag(_max)`` (learner updates between the weights that collected a segment and the moment
+        it was taken, over the segments since the last dump) and the ``collector/`` counters: sampled = trained +
+        in flight while learning, sampled = trained + dropped once learn() has returned.
+        """
         logger = self.logger  # type: ignore[attr-defined]
+        if self._policy_lags:
+            logger.record("train/policy_lag", float(np.mean(self._policy_lags)))
+            logger.record("train/policy_lag_max", float(np.max(self._policy_lags)))
+            self._policy_lags.clear()
         if self._collector is not None:
             sampled = self._collector.sampled_steps
             logger.record("collector/in_flight_steps", sampled - self.trained_steps)
@@ -256,8 +301,63 @@ class CollectorMixin:
         else:
             sampled = self.sampled_steps
             logger.record("collector/dropped_steps", self.dropped_steps)
-            collector_stats = getattr(self, "collector_stats", {})
+            collector_stats = self.collector_stats
         for key, value in collector_stats.items():
             logger.record(f"collector/{key}", value)
         logger.record("collector/sampled_steps", sampled)
         logger.record("collector/trained_steps", self.trained_steps)
+
+    def dump_logs(self, *args: Any, **kwargs: Any) -> None:
+        self._record_collection_logs()
+        super().dump_logs(*args, **kwargs)  # type: ignore[misc]
+
+
+class OnPolicySegmentMixin(SegmentLoopMixin):
+    """
+    :class:`SegmentLoopMixin` with SB3's on-policy surface: ``rollout_buffer`` (a behaviour-recording rollout
+    buffer) and ``collect_rollouts``, which fills it from one segment, with values, GAE and value targets
+    from the learner's current value function. Inside ``learn()`` the segment comes from the running collector;
+    outside, from a synchronous collection on ``env`` with the current policy.
+    """
+
+    n_steps: int
+    _last_episode_starts: np.ndarray
+
+    @th.no_grad()
+    def _predict_values(self, observations: Any) -> np.ndarray:
+        """V of numpy observations under the learner's current policy."""
+        return self.policy.predict_values(obs_as_tensor(observations, self.device)).flatten().cpu().numpy()  # type: ignore[attr-defined,operator]
+
+    def _fill_rollout_buffer(self, segment: Segment, rollout_buffer: RolloutBuffer) -> None:
+        """``rollout_buffer`` from ``segment``, with values and GAE from the learner's current value function."""
+        values, last_values, final_values = segment_values(segment, self._predict_values)
+        first_episode_starts = np.asarray(self._last_episode_starts, dtype=np.float32)
+        rollout_buffer.add_segment(segment, values, final_values, first_episode_starts)  # type: ignore[attr-defined]
+        rollout_buffer.compute_returns_and_advantage(last_values=th.as_tensor(last_values), dones=segment.dones[-1])
+        self._last_episode_starts = segment.dones[-1]
+
+    def collect_rollouts(
+        self, env: VecEnv, callback: BaseCallback, rollout_buffer: RolloutBuffer, n_rollout_steps: int
+    ) -> bool:
+        """
+        SB3's on-policy collection: ``n_rollout_steps`` vector steps of ``env`` into ``rollout_buffer``, with the
+        callbacks called as SB3's PPO calls them. Returns False if a callback stopped training.
+        """
+        if self._collector is not None:
+            if n_rollout_steps != self._collector.sampler.n_steps:
+                raise ValueError(
+                    f"n_rollout_steps={n_rollout_steps}, but the running collector's segments have "
+                    f"{self._collector.sampler.n_steps} steps"
+                )
+            segment = self._collector.get_segment()
+        else:
+            own_env = env is self.env and self._last_obs is not None
+            if not own_env:
+                self._last_episode_starts = np.ones((env.num_envs,), dtype=bool)
+            sampler = SegmentSampler(env, self.policy, n_rollout_steps, self._last_obs if own_env else env.reset())
+            sampler.sde_sample_freq = getattr(self, "sde_sample_freq", -1)
+            segment = SyncCollector(sampler).get_segment()
+            if env is self.env:
+                self._last_obs = sampler.last_observation
+        self.policy.set_training_mode(False)
+        return self._replay_segment(segment, callback, lambda stored: self._fill_rollout_buffer(stored, rollout_buffer))

@@ -13,6 +13,7 @@ from torch.nn import functional as F
 
 from sb3_impact.common.async_algorithm import AsyncOnPolicyAlgorithm
 from sb3_impact.common.buffers import TrainingBatch
+from sb3_impact.common.collectors import Collector
 from sb3_impact.common.distributions import behaviour_params, kl_from_params
 from sb3_impact.common.observations import index_observation
 from sb3_impact.common.policy_evaluation import clamped_ratio, evaluate_policy_and_values
@@ -64,20 +65,14 @@ class IMPACT(AsyncOnPolicyAlgorithm):
     :param kl_coef: Initial coefficient eta of the KL(pi_target || pi) penalty (0 disables it)
     :param kl_target: KL target of the adaptive penalty (None: eta stays constant)
     :param max_grad_norm: The maximum value for the gradient clipping
-    :param async_collection: Collect in a background thread while learning (False: collect, then train;
-        reproducible with a seed)
-    :param collector_queue_size: Segments that may be ahead of the learner, counting the one being collected
-    :param collector: Where asynchronous collection runs: ``"thread"`` (a background thread; best when the
-        environments step outside the GIL, e.g. in a SubprocVecEnv, or the learner is on a GPU) or
-        ``"process"`` (a forked process; best for small CPU-bound environments, whose Python work would
-        otherwise compete with the learner for the GIL) or ``"ray"`` (Ray actors, on this machine or a cluster;
-        ``pip install "sb3-impact[ray]"``)
-    :param num_workers: With ``collector="ray"``: Ray actors collecting segments, one CPU each (None: the
-        cluster's CPUs minus one)
-    :param envs_per_worker: With ``collector="ray"``: environments each actor steps (None: 1); one batch is
-        ``n_steps * envs_per_worker`` samples. The actors build them from ``env``, given as an id or a factory
-    :param ray_address: With ``collector="ray"``: the Ray cluster to join (``"auto"``, ``"host:port"``; None:
-        ``RAY_ADDRESS`` if set, else a local Ray with all CPUs). See docs/algorithms/ray_collector.md
+    :param collector: Where segments are collected: ``"sync"`` (in the learner's thread, when it asks:
+        collect, then train; reproducible with a seed), ``"thread"`` (a background thread), ``"process"``
+        (a forked process, for CPU-bound environments whose Python work would compete with the learner for
+        the GIL), ``"ray"`` (Ray actors, on this machine or a cluster; ``pip install "sb3-impact[ray]"``), or a
+        :class:`~sb3_impact.common.collectors.Collector` subclass. See docs/algorithms/collectors.md
+    :param collector_kwargs: Options of the collector (``queue_size``: segments collected ahead of the
+        learner, counting the one in progress; with ``"ray"`` also ``num_workers``, ``envs_per_worker``,
+        ``address``)
     :param stats_window_size: Window size for the rollout logging (episodes)
     :param tensorboard_log: the log location for tensorboard (if None, no logging)
     :param policy_kwargs: additional arguments to be passed to the policy on creation
@@ -116,12 +111,8 @@ class IMPACT(AsyncOnPolicyAlgorithm):
         kl_coef: float = 0.0,
         kl_target: float | None = 0.01,
         max_grad_norm: float = 0.5,
-        async_collection: bool = True,
-        collector_queue_size: int = 1,
-        collector: str = "thread",
-        num_workers: int | None = None,
-        envs_per_worker: int | None = None,
-        ray_address: str | None = None,
+        collector: str | type[Collector] = "thread",
+        collector_kwargs: dict[str, Any] | None = None,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
@@ -159,12 +150,8 @@ class IMPACT(AsyncOnPolicyAlgorithm):
             vtrace_clip_pg_rho_threshold=1.0,  # IMPACT's V-GAE advantages do not use the pg-weighted advantage
             normalize_advantage=normalize_advantage,
             broadcast_interval=broadcast_interval,
-            async_collection=async_collection,
-            collector_queue_size=collector_queue_size,
             collector=collector,
-            num_workers=num_workers,
-            envs_per_worker=envs_per_worker,
-            ray_address=ray_address,
+            collector_kwargs=collector_kwargs,
             stats_window_size=stats_window_size,
             tensorboard_log=tensorboard_log,
             policy_kwargs=policy_kwargs,
@@ -192,7 +179,7 @@ class IMPACT(AsyncOnPolicyAlgorithm):
     def _setup_model(self) -> None:
         super()._setup_model()
         self.clip_range = FloatSchedule(self.clip_range)
-        samples = self.n_steps * ((self.envs_per_worker or 1) if self.collector == "ray" else self.n_envs)
+        samples = self.n_steps * (self.collector_kwargs.get("envs_per_worker", 1) if self.collector == "ray" else self.n_envs)
         if self.batch_size is not None and self.batch_size < samples and samples % self.batch_size != 0:
             warnings.warn(
                 f"batch_size={self.batch_size} does not divide the {samples} samples of a batch "
@@ -210,7 +197,8 @@ class IMPACT(AsyncOnPolicyAlgorithm):
             return self.target_update_interval
         return self.circular_buffer_size * self.max_batch_reuse
 
-    def _on_learn_start(self) -> None:
+    def _on_learn_start(self, collector: Collector) -> None:
+        super()._on_learn_start(collector)
         # Algorithm 1, line 2: the target network starts as a copy of the learner.
         self._target_policy = self._make_policy_copy(self.device)
         self._kl_sum, self._kl_count = 0.0, 0

@@ -14,6 +14,7 @@ from stable_baselines3.common.utils import FloatSchedule, LinearSchedule, explai
 from torch.nn import functional as F
 
 from sb3_impact.common.collector_ppo import CollectorPPO
+from sb3_impact.common.collectors import Collector, collector_class
 from sb3_impact.common.distributions import kl_from_params
 from sb3_impact.common.policy_evaluation import MAX_LOG_RATIO, clamped_ratio, evaluate_in_chunks
 from sb3_impact.ppo_amber.memory import BatchReplayMemory, StoredBatch
@@ -76,7 +77,7 @@ class PPOAMBER(CollectorPPO):
 
     Paper: https://arxiv.org/abs/1710.04423 (Algorithm 1). Collection comes from a collector
     (:class:`~sb3_impact.common.collector_ppo.CollectorPPO`: synchronous by default, which is SB3 PPO's;
-    asynchronous with ``async_collection=True``); GAE and the rollout buffer are SB3 PPO's.
+    asynchronous with ``collector="thread"``, ``"process"`` or ``"ray"``); GAE and the rollout buffer are SB3 PPO's.
     After each collection the batch is copied, with its advantages, value targets and behaviour
     distribution, into a memory of the last ``replay_length`` (L) batches. Once per iteration, before the
     epochs, the batch-average IS weight ``R'_l`` (eq. 10) of every stored batch is computed with the
@@ -114,13 +115,14 @@ class PPOAMBER(CollectorPPO):
     :param rollout_buffer_kwargs: Keyword arguments to pass to the rollout buffer on creation
     :param target_kl: Stop an iteration's epochs early when the approximate KL to the behaviour policy
         exceeds ``1.5 * target_kl`` (None: no limit)
-    :param async_collection: Collect the next rollouts while the learner trains (see :class:`CollectorPPO`);
-        False collects, then trains, as SB3's PPO
-    :param collector: Where asynchronous collection runs: ``"thread"``, ``"process"`` (forked) or ``"ray"``
-    :param collector_queue_size: Rollouts collected ahead of the learner at most, counting the one in progress
-    :param num_workers: Ray actors (``collector="ray"``; None: one per CPU Ray sees, less one)
-    :param envs_per_worker: Environments per Ray actor (``collector="ray"``)
-    :param ray_address: Ray cluster to join (``collector="ray"``; None: start or join a local one)
+    :param collector: Where segments are collected: ``"sync"`` (in the learner's thread, when it asks:
+        collect, then train; reproducible with a seed), ``"thread"`` (a background thread), ``"process"``
+        (a forked process, for CPU-bound environments whose Python work would compete with the learner for
+        the GIL), ``"ray"`` (Ray actors, on this machine or a cluster; ``pip install "sb3-impact[ray]"``), or a
+        :class:`~sb3_impact.common.collectors.Collector` subclass. See docs/algorithms/collectors.md
+    :param collector_kwargs: Options of the collector (``queue_size``: segments collected ahead of the
+        learner, counting the one in progress; with ``"ray"`` also ``num_workers``, ``envs_per_worker``,
+        ``address``)
     :param stats_window_size: Window size for the rollout logging (episodes)
     :param tensorboard_log: the log location for tensorboard (if None, no logging)
     :param policy_kwargs: additional arguments to be passed to the policy on creation
@@ -160,12 +162,8 @@ class PPOAMBER(CollectorPPO):
         rollout_buffer_class: type[RolloutBuffer] | None = None,
         rollout_buffer_kwargs: dict[str, Any] | None = None,
         target_kl: float | None = None,
-        async_collection: bool = False,
-        collector: str = "thread",
-        collector_queue_size: int = 1,
-        num_workers: int | None = None,
-        envs_per_worker: int | None = None,
-        ray_address: str | None = None,
+        collector: str | type[Collector] = "sync",
+        collector_kwargs: dict[str, Any] | None = None,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
@@ -201,12 +199,8 @@ class PPOAMBER(CollectorPPO):
             rollout_buffer_class=rollout_buffer_class,
             rollout_buffer_kwargs=rollout_buffer_kwargs,
             target_kl=target_kl,
-            async_collection=async_collection,
             collector=collector,
-            collector_queue_size=collector_queue_size,
-            num_workers=num_workers,
-            envs_per_worker=envs_per_worker,
-            ray_address=ray_address,
+            collector_kwargs=collector_kwargs,
             stats_window_size=stats_window_size,
             tensorboard_log=tensorboard_log,
             policy_kwargs=policy_kwargs,
@@ -253,7 +247,7 @@ class PPOAMBER(CollectorPPO):
         assert self.replay_memory is not None
         batches = list(self.replay_memory)
         # Synchronously, the newest batch was collected by the current policy: pi = mu exactly.
-        ratios, kls = ([], []) if self.async_collection else ([1.0], [0.0])
+        ratios, kls = ([1.0], [0.0]) if collector_class(self.collector).in_learner_thread else ([], [])
         for batch in batches[len(ratios) :]:
             actions = th.as_tensor(batch.actions, device=self.device)
             if isinstance(self.action_space, spaces.Discrete):

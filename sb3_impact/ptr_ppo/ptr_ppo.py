@@ -10,6 +10,7 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedul
 
 from sb3_impact.common.buffers import TrainingBatch
 from sb3_impact.common.collector_ppo import CollectorPPO
+from sb3_impact.common.collectors import Collector
 from sb3_impact.common.distributions import kl_from_params
 from sb3_impact.common.observations import index_observation
 from sb3_impact.common.policy_evaluation import (
@@ -115,7 +116,7 @@ class PTRPPO(CollectorPPO):
 
     Paper: https://arxiv.org/abs/2112.03798 (section 4, Algorithm 1). Rollouts come from a collector
     (:class:`~sb3_impact.common.collector_ppo.CollectorPPO`: synchronous by default, asynchronous with
-    ``async_collection=True``). Every iteration is an SB3 PPO update (``n_epochs`` epochs) on the fresh
+    ``collector="thread"``, ``"process"`` or ``"ray"``). Every iteration is an SB3 PPO update (``n_epochs`` epochs) on the fresh
     rollout; then the rollout's ``n_envs`` segments (one environment's
     ``n_steps`` steps each) enter a FIFO priority memory of ``memory_size`` segments, and ``replay_rounds``
     rounds follow. Each round samples ``replay_batch`` segments with probability ``p^alpha / sum p^alpha``,
@@ -163,13 +164,14 @@ class PTRPPO(CollectorPPO):
         the difference depends on the environment, so the ratio to a ``theta_old`` snapshot that eq. 22
         writes is kept, and of the two snapshots the one that never collapsed.
     :param target_kl: Early stopping of the fresh-rollout PPO epochs (as SB3 PPO)
-    :param async_collection: Collect the next rollouts while the learner trains (see :class:`CollectorPPO`);
-        False collects, then trains, as SB3's PPO
-    :param collector: Where asynchronous collection runs: ``"thread"``, ``"process"`` (forked) or ``"ray"``
-    :param collector_queue_size: Rollouts collected ahead of the learner at most, counting the one in progress
-    :param num_workers: Ray actors (``collector="ray"``; None: one per CPU Ray sees, less one)
-    :param envs_per_worker: Environments per Ray actor (``collector="ray"``)
-    :param ray_address: Ray cluster to join (``collector="ray"``; None: start or join a local one)
+    :param collector: Where segments are collected: ``"sync"`` (in the learner's thread, when it asks:
+        collect, then train; reproducible with a seed), ``"thread"`` (a background thread), ``"process"``
+        (a forked process, for CPU-bound environments whose Python work would compete with the learner for
+        the GIL), ``"ray"`` (Ray actors, on this machine or a cluster; ``pip install "sb3-impact[ray]"``), or a
+        :class:`~sb3_impact.common.collectors.Collector` subclass. See docs/algorithms/collectors.md
+    :param collector_kwargs: Options of the collector (``queue_size``: segments collected ahead of the
+        learner, counting the one in progress; with ``"ray"`` also ``num_workers``, ``envs_per_worker``,
+        ``address``)
     :param stats_window_size: Window size for the rollout logging (episodes)
     :param tensorboard_log: the log location for tensorboard (if None, no logging)
     :param policy_kwargs: additional arguments to be passed to the policy on creation
@@ -209,12 +211,8 @@ class PTRPPO(CollectorPPO):
         eps_marg: float = 0.2,
         replay_ratio: str = "old_policy",
         target_kl: float | None = None,
-        async_collection: bool = False,
-        collector: str = "thread",
-        collector_queue_size: int = 1,
-        num_workers: int | None = None,
-        envs_per_worker: int | None = None,
-        ray_address: str | None = None,
+        collector: str | type[Collector] = "sync",
+        collector_kwargs: dict[str, Any] | None = None,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
@@ -255,12 +253,8 @@ class PTRPPO(CollectorPPO):
             vf_coef=vf_coef,
             max_grad_norm=max_grad_norm,
             target_kl=target_kl,
-            async_collection=async_collection,
             collector=collector,
-            collector_queue_size=collector_queue_size,
-            num_workers=num_workers,
-            envs_per_worker=envs_per_worker,
-            ray_address=ray_address,
+            collector_kwargs=collector_kwargs,
             stats_window_size=stats_window_size,
             tensorboard_log=tensorboard_log,
             policy_kwargs=policy_kwargs,

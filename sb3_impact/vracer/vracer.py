@@ -20,7 +20,8 @@ from stable_baselines3.common.save_util import load_from_pkl
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule, TrainFrequencyUnit
 from stable_baselines3.common.utils import obs_as_tensor, update_learning_rate
 
-from sb3_impact.common.collection import CollectorMixin
+from sb3_impact.common.collection import SegmentLoopMixin
+from sb3_impact.common.collectors import Collector
 from sb3_impact.common.observations import (
     Observation,
     check_finite_step,
@@ -51,11 +52,11 @@ UNBOUNDED_RHO_CLIP = 1e3
 REWARD_SCALE_EPSILON = 1e-7  # appendix B
 
 
-def async_segment_steps(train_freq: Any) -> int:
+def segment_steps(train_freq: Any) -> int:
     """
-    The vector steps of one collected segment with asynchronous collection: ``train_freq`` (an int, a
-    ``(n, "step")`` tuple or SB3's ``TrainFreq``). ValueError naming ``train_freq`` otherwise: a collector
-    cuts the stream into fixed-length segments, so episode units are not supported.
+    The vector steps of one collected segment: ``train_freq`` (an int, a ``(n, "step")`` tuple or SB3's
+    ``TrainFreq``). ValueError naming ``train_freq`` otherwise: a collector cuts the stream into fixed-length
+    segments, so episode units are not supported.
     """
     frequency, unit = train_freq if isinstance(train_freq, tuple) and len(train_freq) == 2 else (train_freq, "step")
     try:
@@ -64,8 +65,8 @@ def async_segment_steps(train_freq: Any) -> int:
         is_step = False
     if not is_step:
         raise ValueError(
-            f"train_freq must count steps (an int or (n, 'step')) with async_collection=True, got {train_freq!r}: "
-            "the collector delivers segments of train_freq vector steps"
+            f"train_freq must count steps (an int or (n, 'step')), got {train_freq!r}: the collector delivers "
+            "segments of train_freq vector steps"
         )
     if isinstance(frequency, bool) or not isinstance(frequency, (int, np.integer)) or frequency < 1:
         raise ValueError(f"train_freq must be a positive number of steps, got {train_freq!r}")
@@ -126,7 +127,7 @@ def refer_vracer_loss(
     return loss, parts
 
 
-class VRACER(CollectorMixin, OffPolicyAlgorithm):
+class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
     """
     V-RACER (off-policy actor-critic with Retrace / V-tbc) trained with ReF-ER.
 
@@ -138,10 +139,12 @@ class VRACER(CollectorMixin, OffPolicyAlgorithm):
     penalty ``grad KL(mu || pi)`` on every sample (rule 2, eqs. 10-12). ``c_max`` and the learning rate
     are annealed with the environment step (eq. 13).
 
-    With ``async_collection=True`` a collector (a background thread or a forked process) steps the
-    environments with a CPU copy of the policy while the learner trains: every segment of ``train_freq``
-    vector steps enters the memory, then ``gradient_steps`` gradient steps run and the new weights are
-    broadcast to the collector (see :meth:`learn`).
+    Data comes from a ``collector`` through the one segment loop (see :meth:`learn`): ``"sync"`` (default)
+    collects ``train_freq`` vector steps with the current policy, then trains; ``"thread"``, ``"process"`` and
+    ``"ray"`` step the environments with a copy of the policy while the learner trains. Every segment enters
+    the memory (each environment's steps staged until its episode ends; segments from Ray workers carry the
+    worker's environments, numbered by worker), then ``gradient_steps`` gradient steps run and the new weights
+    are broadcast.
 
     :param policy: The policy model to use (MlpPolicy, CnnPolicy, MultiInputPolicy, or a VRACERPolicy subclass)
     :param env: The environment to learn from (if registered in Gym, can be str, or a factory returning a
@@ -167,17 +170,14 @@ class VRACER(CollectorMixin, OffPolicyAlgorithm):
         V and rho (and of the reward scale); sampled steps also update Q_ret one step back at once
     :param standardize_states: standardise observations with the replay-memory mean and std (appendix B)
     :param scale_rewards: divide rewards by ``sqrt(E[r^2])`` over the replay memory (appendix B)
-    :param async_collection: collect in the background (``collector``) while the learner trains; False keeps
-        SB3's synchronous off-policy loop (collect ``train_freq`` steps, then train)
-    :param collector: the background collector with ``async_collection=True``: ``"thread"`` (a thread of this
-        process) or ``"process"`` (a forked process; the environments are reset at every ``learn()``).
-        ``"ray"`` is refused: the episode memory needs contiguous steps per environment, which segments from
-        several Ray workers do not identify
-    :param collector_queue_size: segments the collector may be ahead of the learner (counting the one it
-        is collecting); 1 overlaps the collection of the next segment with training on the current one
-    :param num_workers: Ray workers (``collector="ray"`` only, which V-RACER refuses); must be None
-    :param envs_per_worker: environments per Ray worker (``collector="ray"`` only); must be None
-    :param ray_address: the Ray cluster address (``collector="ray"`` only); must be None
+    :param collector: Where segments are collected: ``"sync"`` (in the learner's thread, when it asks:
+        collect, then train; reproducible with a seed), ``"thread"`` (a background thread), ``"process"``
+        (a forked process, for CPU-bound environments whose Python work would compete with the learner for
+        the GIL), ``"ray"`` (Ray actors, on this machine or a cluster; ``pip install "sb3-impact[ray]"``), or a
+        :class:`~sb3_impact.common.collectors.Collector` subclass. See docs/algorithms/collectors.md
+    :param collector_kwargs: Options of the collector (``queue_size``: segments collected ahead of the
+        learner, counting the one in progress; with ``"ray"`` also ``num_workers``, ``envs_per_worker``,
+        ``address``)
     :param stats_window_size: Window size for the rollout logging (episodes)
     :param tensorboard_log: the log location for tensorboard (if None, no logging)
     :param policy_kwargs: additional arguments to be passed to the policy on creation
@@ -216,12 +216,8 @@ class VRACER(CollectorMixin, OffPolicyAlgorithm):
         retrace_interval: int = 100,
         standardize_states: bool = True,
         scale_rewards: bool = True,
-        async_collection: bool = False,
-        collector: str = "thread",
-        collector_queue_size: int = 1,
-        num_workers: int | None = None,
-        envs_per_worker: int | None = None,
-        ray_address: str | None = None,
+        collector: str | type[Collector] = "sync",
+        collector_kwargs: dict[str, Any] | None = None,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
@@ -241,17 +237,8 @@ class VRACER(CollectorMixin, OffPolicyAlgorithm):
             raise ValueError(f"gamma must be in (0, 1], got {gamma}")
         if learning_starts < 0:
             raise ValueError(f"learning_starts must be non-negative, got {learning_starts}")
-        if collector == "ray":
-            raise ValueError(
-                "collector='ray' is not supported by VRACER: its episode memory stages every environment's steps "
-                "until the episode ends, and segments from several Ray workers do not say which worker's "
-                "environments they come from; use collector='thread' or 'process'"
-            )
-        env = self._init_collection(
-            env, async_collection, collector, collector_queue_size, num_workers, envs_per_worker, ray_address
-        )
-        if self.async_collection:
-            async_segment_steps(train_freq)
+        env = self._init_collection(env, collector, collector_kwargs)
+        segment_steps(train_freq)
         super().__init__(
             policy,
             env,
@@ -291,8 +278,6 @@ class VRACER(CollectorMixin, OffPolicyAlgorithm):
         self.reward_scale = 1.0
         self.skipped_gradient_steps = 0
         self._memory_estimates_stale = True
-        self._last_behaviour: tuple[np.ndarray, np.ndarray] | None = None
-        self._policy_lags: list[int] = []  # asynchronous learn(): one per segment, since the last log dump
         if _init_setup_model:
             self._setup_model()
 
@@ -312,8 +297,6 @@ class VRACER(CollectorMixin, OffPolicyAlgorithm):
         return [
             *super()._excluded_save_params(),
             *self._collection_excluded_save_params(),
-            "_last_behaviour",
-            "_policy_lags",
         ]
 
     @property
@@ -327,18 +310,6 @@ class VRACER(CollectorMixin, OffPolicyAlgorithm):
 
     # --- collection -------------------------------------------------------------------------------
 
-    def _sample_action(
-        self, learning_starts: int, action_noise: ActionNoise | None = None, n_envs: int = 1
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Sample the policy (also during warm-up) and keep mu_t and V(s_t) for the memory."""
-        assert self._last_obs is not None, "self._last_obs was not set"
-        obs_tensor, _ = self.policy.obs_to_tensor(self._last_obs)
-        with th.no_grad():
-            actions, params, values = self.policy.act(obs_tensor)
-        self._last_behaviour = (params.cpu().numpy(), values.cpu().numpy())
-        buffer_actions = actions.cpu().numpy().reshape((-1, *self.action_space.shape))
-        return self.policy.env_actions(buffer_actions), buffer_actions
-
     def _batch_values(self, observations: Observation) -> np.ndarray:
         """``V`` of a batch of observations (stacked along the first axis) under the learner's policy."""
         obs_tensor, _ = self.policy.obs_to_tensor(observations)
@@ -348,60 +319,20 @@ class VRACER(CollectorMixin, OffPolicyAlgorithm):
     def _values_of(self, observations: list[Observation]) -> np.ndarray:
         return self._batch_values(stack_observations(observations))
 
-    def _store_transition(
-        self,
-        replay_buffer: ReplayBuffer,
-        buffer_action: np.ndarray,
-        new_obs: Observation,
-        reward: np.ndarray,
-        dones: np.ndarray,
-        infos: list[dict[str, Any]],
-    ) -> None:
-        """
-        Stage the step in the memory; an ended episode enters it with ``V(s_T)`` if it was truncated.
-
-        The stored observations are the ones the policy acted on (with a VecNormalize wrapper, the normalised
-        ones; V-RACER standardises states itself, so one is not needed); the rewards are the original ones.
-        """
-        assert self._last_behaviour is not None
-        check_finite_step(new_obs, reward, "collection")
-        rewards = self._vec_normalize_env.get_original_reward() if self._vec_normalize_env is not None else reward
-        n_envs = len(dones)
-        truncateds = np.array([bool(info.get("TimeLimit.truncated", False)) for info in infos])
-        final_observations: list[Observation | None] = [None] * n_envs
-        final_values = np.zeros(n_envs, dtype=np.float32)
-        for env_index in range(n_envs):
-            if dones[env_index]:
-                final_observations[env_index] = infos[env_index].get("terminal_observation")
-        truncated_envs = [i for i in range(n_envs) if dones[i] and truncateds[i] and final_observations[i] is not None]
-        if truncated_envs:
-            final_values[truncated_envs] = self._values_of([final_observations[i] for i in truncated_envs])
-        truncateds &= np.array([obs is not None for obs in final_observations])  # no s_T: treat the end as terminal
-        params, values = self._last_behaviour
-        self.replay_buffer.add(
-            self._last_obs,
-            buffer_action,
-            rewards,
-            params,
-            values,
-            dones,
-            truncateds,
-            final_observations,
-            final_values,
-            new_obs,
-        )
-        self._last_obs = new_obs  # type: ignore[assignment]
-
     def _store_segment(self, segment: Segment) -> None:
         """
-        Stage every step of a collected segment in the memory, as :meth:`_store_transition` does for one step.
+        Stage every step of a collected segment in the memory; an ended episode enters it with ``V(s_T)`` if it
+        was truncated.
 
         ``V(s_t)`` of the whole segment and ``V(s_T)`` of its truncated episodes come from the learner's current
         policy, in batched forward passes (:func:`~sb3_impact.common.policy_evaluation.segment_values`). The
-        rewards are those the sampler saw: with a VecNormalize that normalises rewards, the normalised ones (the
-        original ones are not recorded per step).
+        stored observations are the ones the policy acted on (with a VecNormalize wrapper, the normalised ones;
+        V-RACER standardises states itself, so one is not needed); the rewards are the original ones where the
+        sampler recorded them (a VecNormalize on the sampler's env), else those the sampler saw.
         """
         n_steps, n_envs = segment.n_steps, segment.n_envs
+        rewards = segment.extras.get("original_rewards", segment.rewards)
+        self._episode_num += int(segment.dones.sum())
         values, _, final_values_at = segment_values(segment, self._batch_values)
         finals_at: dict[int, list[tuple[int, int]]] = {}
         for index, (step, env_index) in enumerate(segment.final_observation_indices.tolist()):
@@ -415,7 +346,7 @@ class VRACER(CollectorMixin, OffPolicyAlgorithm):
             self.replay_buffer.add(
                 index_observation(segment.observations, step),
                 segment.actions[step],
-                segment.rewards[step],
+                rewards[step],
                 segment.behaviour_params[step],
                 values[step],
                 dones[step],
@@ -540,81 +471,42 @@ class VRACER(CollectorMixin, OffPolicyAlgorithm):
         progress_bar: bool = False,
     ) -> SelfVRACER:
         """
-        SB3's off-policy loop, or with ``async_collection=True`` this one: the collector delivers segments of
-        ``train_freq`` vector steps; each goes through the callbacks and into the memory, then (once
+        The one segment loop (:class:`~sb3_impact.common.collection.SegmentLoopMixin`), whatever the collector:
+        segments of ``train_freq`` vector steps go through the callbacks and into the memory, then (once
         ``learning_starts`` steps were collected) ``gradient_steps`` gradient steps run (-1: one per environment
         step of the segment) and the weights are broadcast to the collector. Logs are dumped every
-        ``log_interval`` segments, with ``train/policy_lag``: the learner's updates between the weights that
-        collected a segment and the moment it was stored.
+        ``log_interval`` segments.
         """
-        if not self.async_collection:
-            # SB3's loop trains on every step it collects: sampled = trained, nothing dropped.
-            first_step = 0 if reset_num_timesteps else self.num_timesteps
-            try:
-                return super().learn(
-                    total_timesteps=total_timesteps,
-                    callback=callback,
-                    log_interval=log_interval,
-                    tb_log_name=tb_log_name,
-                    reset_num_timesteps=reset_num_timesteps,
-                    progress_bar=progress_bar,
-                )
-            finally:
-                self.sampled_steps = self.trained_steps = self.num_timesteps - first_step
-                self.dropped_steps = 0
-        segment_steps = async_segment_steps(self.train_freq)
-        total_timesteps, callback = self._setup_learn(
-            total_timesteps, callback, reset_num_timesteps, tb_log_name, progress_bar
+        return self._learn_from_segments(
+            total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar
         )
-        assert self.env is not None
-        if self.collector != "thread":  # the collector resets its copy of the environments: no episode goes on
-            self.replay_buffer.close_staged_episodes(self._values_of)
-        if self._vec_normalize_env is not None and self._vec_normalize_env.norm_reward:
-            warnings.warn(
-                "VRACER with async_collection=True stores the rewards normalised by VecNormalize (the original "
-                "ones are not recorded per step); V-RACER scales rewards itself: use norm_reward=False",
-                UserWarning,
-                stacklevel=2,
-            )
-        self._policy_lags = []
-        n_segments = 0
-        try:
-            with self._collecting(segment_steps) as collector:
-                callback.on_training_start(locals(), globals())
-                while self.num_timesteps < total_timesteps:
-                    segment = collector.get_segment()
-                    if not self._replay_callbacks(segment, callback):
-                        break
-                    n_segments += 1
-                    self._episode_num += int(segment.dones.sum())
-                    self._update_current_progress_remaining(self.num_timesteps, total_timesteps)
-                    self._current_progress_remaining = max(self._current_progress_remaining, 0.0)  # last may overshoot
-                    self._policy_lags.append(self._n_updates - segment.policy_version)
-                    self._store_segment(segment)
-                    self.trained_steps += segment.size
-                    if self.num_timesteps >= self.learning_starts:
-                        gradient_steps = self.gradient_steps if self.gradient_steps >= 0 else segment.size
-                        if gradient_steps > 0:
-                            self.train(gradient_steps=gradient_steps, batch_size=self.batch_size)
-                            collector.broadcast(self.policy.state_dict(), self._n_updates)
-                    if log_interval is not None and n_segments % log_interval == 0:
-                        self._record_policy_lag()
-                        self._log_collection_counters()
-                        self.dump_logs()
-        finally:
-            # The collector's environments went on past the last stored step (segments in flight, dropped) or
-            # will be reset: end the running episodes as truncated, so that no episode gets a gap.
-            if self.dropped_steps > 0 or self._last_obs is None:
-                self.replay_buffer.close_staged_episodes(self._values_of)
-        self._record_policy_lag()
-        self._log_collection_counters()
-        self.logger.dump(step=self.num_timesteps)
-        callback.on_training_end()
-        return self
 
-    def _record_policy_lag(self) -> None:
-        """``train/policy_lag`` (mean) and ``train/policy_lag_max`` over the segments since the last dump."""
-        if self._policy_lags:
-            self.logger.record("train/policy_lag", float(np.mean(self._policy_lags)))
-            self.logger.record("train/policy_lag_max", float(np.max(self._policy_lags)))
-            self._policy_lags.clear()
+    def _segment_steps(self) -> int:
+        return segment_steps(self.train_freq)
+
+    def _on_learn_start(self, collector: Collector) -> None:
+        if not collector.continues_episodes:  # the collector resets its copy of the environments
+            self.replay_buffer.close_staged_episodes(self._values_of)
+
+    def _on_learn_end(self) -> None:
+        # The collector's environments went on past the last stored step (segments in flight, dropped) or
+        # will be reset: end the running episodes as truncated, so that no episode gets a gap.
+        if self._last_obs is None or self.sampled_steps > self.trained_steps:
+            self.replay_buffer.close_staged_episodes(self._values_of)
+
+    def _train_on_segment(self, segment: Segment) -> None:
+        if self.num_timesteps >= self.learning_starts:
+            gradient_steps = self.gradient_steps if self.gradient_steps >= 0 else segment.size
+            if gradient_steps > 0:
+                self.train(gradient_steps=gradient_steps, batch_size=self.batch_size)
+
+    def dump_logs(self, iteration: int = 0) -> None:  # type: ignore[override]
+        """SB3's off-policy logs, with the collection's (the loop counts segments, not episodes, for ``log_interval``)."""
+        SegmentLoopMixin.dump_logs(self)
+
+    def collect_rollouts(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(
+            "VRACER collects through its collector inside learn() (the one segment loop): SB3's off-policy "
+            "collect_rollouts is not used; call learn()"
+        )
+

@@ -23,7 +23,7 @@ import numpy as np
 import torch as th
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
-from sb3_impact.common.collectors.base import Collector, CollectorError
+from sb3_impact.common.collectors.base import Collector, CollectorError, check_queue_size
 from sb3_impact.common.collectors.sampler import CollectionInterrupted, SegmentSampler
 from sb3_impact.common.segments import Segment
 
@@ -54,6 +54,7 @@ def _collect_in_child(
     shared_weights: dict[str, th.Tensor],
     shared_version: Any,
     sampled_steps: Any,
+    max_segments: int | None,
 ) -> None:
     th.set_num_threads(1)
     local_version = -1
@@ -66,9 +67,13 @@ def _collect_in_child(
         random.seed(seed)
         sampler.env.seed(seed)
         sampler.last_observation = sampler.env.reset()
+        segments_started = 0
         while not stop.is_set():
             if not credits.acquire(timeout=0.05):
                 continue
+            if max_segments is not None and segments_started >= max_segments:  # the step budget is spent
+                return
+            segments_started += 1
             with weights_lock:
                 if shared_version.value != local_version:
                     sampler.policy.load_state_dict(shared_weights)
@@ -99,14 +104,18 @@ class ProcessCollector(Collector):
     since oversubscribed cores slow both sides down.
     """
 
+    continues_episodes = False
     join_timeout = 30.0
+
+    @classmethod
+    def check_options(cls, queue_size: int = 1) -> None:
+        check_queue_size(queue_size)
+        if "fork" not in mp.get_all_start_methods():
+            raise ValueError("collector='process' needs the 'fork' start method, which this platform lacks")
 
     def __init__(self, sampler: SegmentSampler, queue_size: int = 1) -> None:
         super().__init__(sampler)
-        if queue_size < 1:
-            raise ValueError(f"queue_size must be >= 1, got {queue_size}")
-        if "fork" not in mp.get_all_start_methods():
-            raise ValueError("collector='process' needs the 'fork' start method, which this platform lacks")
+        self.check_options(queue_size=queue_size)
         self.queue_size = queue_size
         self._context = mp.get_context("fork")
         self._process: Any = None
@@ -149,6 +158,7 @@ class ProcessCollector(Collector):
                 self._shared_weights,
                 self._shared_version,
                 self._sampled_steps,
+                None if self.step_budget is None else -(-self.step_budget // self.segment_size),
             ),
             name="sb3-impact-collector",
             daemon=True,

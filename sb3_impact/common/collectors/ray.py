@@ -33,7 +33,7 @@ import torch as th
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.policies import BasePolicy
 
-from sb3_impact.common.collectors.base import Collector, CollectorError
+from sb3_impact.common.collectors.base import Collector, CollectorError, check_queue_size
 from sb3_impact.common.collectors.sampler import CollectionInterrupted, SegmentSampler
 from sb3_impact.common.segments import Segment
 
@@ -157,32 +157,42 @@ class RayCollector(Collector):
     start_timeout = 300.0  # seconds for the actors to be scheduled and build their environments
     stop_timeout = 10.0  # seconds close() waits for requests in progress to report their steps
     poll_seconds = 0.1  # ray.wait slices, so that a KeyboardInterrupt is seen promptly
+    continues_episodes = False
+    needs_env_source = True
     max_restarts = 10
     lag_window = 100
+
+    @classmethod
+    def check_options(
+        cls, queue_size: int = 1, num_workers: int | None = None, envs_per_worker: int = 1, address: str | None = None
+    ) -> None:
+        import_ray()  # ImportError naming the extra to install
+        check_queue_size(queue_size)
+        for name, value in (("num_workers", num_workers), ("envs_per_worker", envs_per_worker)):
+            if value is None and name == "num_workers":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+                raise ValueError(f"collector_kwargs: {name} must be an integer >= 1, got {value!r}")
+        if address is not None and not isinstance(address, str):
+            raise TypeError(f"collector_kwargs: address must be a string (host:port or 'auto') or None, got {address!r}")
 
     def __init__(
         self,
         sampler: SegmentSampler,
         queue_size: int = 1,
-        *,
-        worker_env: EnvDescription | None,
         num_workers: int | None = None,
         envs_per_worker: int = 1,
         address: str | None = None,
     ) -> None:
         super().__init__(sampler)
-        import_ray()
-        if queue_size < 1:
-            raise ValueError(f"queue_size must be >= 1, got {queue_size}")
+        self.check_options(queue_size, num_workers, envs_per_worker, address)
+        worker_env = sampler.env_source
         if worker_env is None or not (isinstance(worker_env, str) or callable(worker_env)):
             raise ValueError(
-                f"worker_env must be an environment id or a factory, got {worker_env!r} (set model.worker_env after "
-                "loading a model whose env factory could not be saved)"
+                f"collector='ray' builds the environments in its workers from the env id or factory the algorithm was "
+                f"given, got {worker_env!r} (set model.worker_env after loading a model whose env factory could not "
+                "be saved)"
             )
-        if num_workers is not None and num_workers < 1:
-            raise ValueError(f"num_workers must be >= 1 or None, got {num_workers}")
-        if envs_per_worker < 1:
-            raise ValueError(f"envs_per_worker must be >= 1, got {envs_per_worker}")
         self.queue_size = queue_size
         self.worker_env = worker_env
         self.num_workers = num_workers
@@ -212,6 +222,10 @@ class RayCollector(Collector):
     @property
     def segment_size(self) -> int:
         return self.sampler.n_steps * self.envs_per_worker
+
+    def _release_budget(self) -> None:
+        """A request that will never deliver (lost with its worker, or cancelled) gives its steps back."""
+        self.started_steps -= self.segment_size
 
     @property
     def sampled_steps(self) -> int:
@@ -366,6 +380,8 @@ class RayCollector(Collector):
         return self._weights_ref
 
     def _submit(self, slot: _WorkerSlot) -> None:
+        if not self._take_budget():  # learn() needs no more segments than those requested
+            return
         weights = self._weights_for(slot)
         ref = slot.actor.sample.remote(weights, self._version)
         slot.pending.append(ref)
@@ -382,8 +398,10 @@ class RayCollector(Collector):
         self.restarts += 1
         self.lost_steps += self.segment_size
         self._sampled_steps += self.segment_size
+        self._release_budget()
         for ref in list(slot.pending):  # queued behind the failed request, never started: cancelled
             self._forget(ref)
+            self._release_budget()
         self._kill(slot.actor)
         if self.restarts > self.max_restarts:
             raise CollectorError(
@@ -406,6 +424,8 @@ class RayCollector(Collector):
         if ray is None or self._closed:
             raise CollectorError("the Ray collector is not running")
         while True:
+            if not self._pending:
+                raise CollectorError(f"the step budget of this learn() call ({self.step_budget} steps) is spent")
             ready, _ = ray.wait(self._pending, num_returns=1, timeout=self.poll_seconds)
             if not ready:
                 continue

@@ -2,12 +2,14 @@
 
 import threading
 import time
+from collections.abc import Callable
 
+import gymnasium as gym
 import numpy as np
 import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.policies import BasePolicy
-from stable_baselines3.common.vec_env import VecEnv
+from stable_baselines3.common.vec_env import VecEnv, unwrap_vec_normalize
 
 from sb3_impact.common.distributions import behaviour_params
 from sb3_impact.common.observations import Observation, check_finite_step, stack_observations
@@ -30,8 +32,17 @@ class SegmentSampler:
     A NaN or infinite observation or reward raises ``ValueError`` naming the environment index.
     """
 
-    def __init__(self, env: VecEnv, policy: BasePolicy, n_steps: int, last_observation: Observation) -> None:
+    def __init__(
+        self,
+        env: VecEnv,
+        policy: BasePolicy,
+        n_steps: int,
+        last_observation: Observation,
+        env_source: str | Callable[[], gym.Env] | None = None,
+    ) -> None:
         self.env = env
+        # The environment id or factory ``env`` was built from: remote collectors build their own from it.
+        self.env_source = env_source
         self.policy = policy
         self.n_steps = n_steps
         self.last_observation = last_observation
@@ -39,6 +50,7 @@ class SegmentSampler:
         self.sampled_steps = 0
         # gSDE (PPO-AMBER, PTR-PPO): new exploration noise at each segment and every sde_sample_freq steps, as SB3.
         self.sde_sample_freq = -1
+        self._vec_normalize = unwrap_vec_normalize(env)
         self._clip_low: np.ndarray | None = None
         self._clip_high: np.ndarray | None = None
         if isinstance(env.action_space, spaces.Box):
@@ -73,7 +85,7 @@ class SegmentSampler:
         """Collect one segment of ``n_steps`` vector steps; raises :class:`CollectionInterrupted` on ``stop_event``."""
         start = time.perf_counter()
         observations, actions, rewards, terminations, truncations = [], [], [], [], []
-        log_probs, params, infos = [], [], []
+        log_probs, params, infos, original_rewards = [], [], [], []
         final_observations, final_indices = [], []
         self.policy.set_training_mode(False)
         use_sde = bool(getattr(self.policy, "use_sde", False))
@@ -109,6 +121,8 @@ class SegmentSampler:
             log_probs.append(step_log_probs.astype(np.float32))
             params.append(step_params.astype(np.float32))
             infos.append(step_infos)
+            if self._vec_normalize is not None:
+                original_rewards.append(np.asarray(self._vec_normalize.get_original_reward(), dtype=np.float32))
             self.last_observation = new_observation
 
         return Segment(
@@ -125,4 +139,5 @@ class SegmentSampler:
             infos=infos,
             policy_version=self.policy_version,
             collect_seconds=time.perf_counter() - start,
+            extras={"original_rewards": np.stack(original_rewards)} if original_rewards else {},
         )

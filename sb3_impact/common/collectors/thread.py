@@ -7,7 +7,7 @@ import warnings
 
 import torch as th
 
-from sb3_impact.common.collectors.base import Collector, CollectorError
+from sb3_impact.common.collectors.base import Collector, CollectorError, check_queue_size
 from sb3_impact.common.collectors.sampler import CollectionInterrupted, SegmentSampler
 from sb3_impact.common.segments import Segment
 
@@ -32,11 +32,16 @@ class ThreadCollector(Collector):
 
     join_timeout = 30.0
 
-    def __init__(self, sampler: SegmentSampler, queue_size: int = 2, limit_learner_threads: bool = False) -> None:
+    @classmethod
+    def check_options(cls, queue_size: int = 1, limit_learner_threads: bool = False) -> None:
+        check_queue_size(queue_size)
+        if not isinstance(limit_learner_threads, bool):
+            raise TypeError(f"collector_kwargs: limit_learner_threads must be a bool, got {limit_learner_threads!r}")
+
+    def __init__(self, sampler: SegmentSampler, queue_size: int = 1, limit_learner_threads: bool = False) -> None:
         super().__init__(sampler)
+        self.check_options(queue_size=queue_size, limit_learner_threads=limit_learner_threads)
         self.limit_learner_threads = limit_learner_threads
-        if queue_size < 1:
-            raise ValueError(f"queue_size must be >= 1, got {queue_size}")
         self._queue: queue.Queue[Segment] = queue.Queue()
         self._ahead = threading.Semaphore(queue_size)  # segments collected or in progress, not yet taken
         self._stop = threading.Event()
@@ -59,6 +64,8 @@ class ThreadCollector(Collector):
             while not self._stop.is_set():
                 if not self._ahead.acquire(timeout=0.05):
                     continue
+                if not self._take_budget():  # learn() needs no more segments: a normal end
+                    return
                 with self._weights_lock:
                     pending, self._pending_weights = self._pending_weights, None
                 if pending is not None:
@@ -73,6 +80,8 @@ class ThreadCollector(Collector):
         if self._error is not None:
             raise CollectorError(f"the collector thread failed: {self._error!r}") from self._error
         if self._thread is None or not self._thread.is_alive():
+            if self.budget_spent:
+                raise CollectorError(f"the step budget of this learn() call ({self.step_budget} steps) is spent")
             raise CollectorError("the collector thread is not running")
 
     def get_segment(self) -> Segment:
