@@ -55,7 +55,7 @@ ZOO_VERSION_FALLBACK = {"-v5": "-v4"}
 
 def split_variant(algo: str) -> tuple[str, dict[str, Any]]:
     """
-    ``"ppo_amber[async_collection=True,collector=process]"`` -> ``("ppo_amber", {...})``: an algo name may carry
+    ``"ppo_amber[collector=process]"`` -> ``("ppo_amber", {...})``: an algo name may carry
     hyperparameters that replace its yml's (values read as YAML), so that variants run side by side in one
     invocation. A plain name has none.
     """

@@ -39,10 +39,8 @@ def build_model(args: argparse.Namespace, n_workers: int) -> IMPACT:
         "MlpPolicy",
         args.env,
         collector="ray",
-        num_workers=n_workers,
-        envs_per_worker=args.envs_per_worker,
+        collector_kwargs=dict(num_workers=n_workers, envs_per_worker=args.envs_per_worker, queue_size=args.queue_size),
         n_steps=args.n_steps,
-        collector_queue_size=args.queue_size,
         seed=0,
         device="cpu",
     )
@@ -52,7 +50,7 @@ def measure_collection(args: argparse.Namespace, n_workers: int) -> dict[str, fl
     """Steps/s the collector delivers to a driver that only takes segments, after every worker delivered some."""
     model = build_model(args, n_workers)
     model._last_obs = model.env.reset()
-    collector = model._make_collector(model.n_steps)
+    collector = model._make_collector()  # no step budget: it collects until closed
     collector.start()
     try:
         deadline = time.monotonic() + 600

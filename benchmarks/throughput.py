@@ -35,6 +35,9 @@ from sb3_impact.common.async_algorithm import AsyncOnPolicyAlgorithm
 from sb3_impact.common.collectors import COLLECTOR_NAMES
 from sb3_impact.common.collectors.base import SyncCollector
 
+# The collectors of the T_async run (T_sync is always the "sync" collector).
+ASYNC_COLLECTORS = tuple(name for name in COLLECTOR_NAMES if name != "sync")
+
 
 class PrecollectedCollector(SyncCollector):
     """Hands out segments collected beforehand, so that learn() measures learning alone."""
@@ -53,11 +56,11 @@ class PrecollectedCollector(SyncCollector):
 def build(algo: str, env_id: str, seed: int, device: str, subproc: bool = False, **overrides) -> AsyncOnPolicyAlgorithm:
     env_params, params = split_env_params(load_zoo_hyperparams(algo, env_id))
     params.update(overrides)
-    if params.get("collector") == "ray" and params.get("async_collection", True):
+    if params.get("collector") == "ray":
         # Ray workers build their own envs from the id: each worker steps the yml's n_envs environments.
         if env_params.get("env_wrapper") or env_params.get("frame_stack") or env_params.get("normalize"):
             raise ValueError(f"{algo}/{env_id}: the throughput benchmark runs collector='ray' on plain env ids only")
-        params["envs_per_worker"] = env_params.get("n_envs", 1)
+        params["collector_kwargs"] = {**(params.get("collector_kwargs") or {}), "envs_per_worker": env_params.get("n_envs", 1)}
         return ALGOS[algo](env_params["policy"], env_id, seed=seed, device=device, **params)
     env = make_training_env(
         env_id,
@@ -70,13 +73,14 @@ def build(algo: str, env_id: str, seed: int, device: str, subproc: bool = False,
     )
     model = ALGOS[algo](env_params["policy"], env, seed=seed, device=device, **params)
     if not isinstance(model, AsyncOnPolicyAlgorithm):
-        raise ValueError(f"{algo} has no asynchronous collector")
+        raise ValueError(f"{algo}: the throughput benchmark measures the V-trace learners (IMPACT, IMPALA) only")
     return model
 
 
 def timed_learn(model: AsyncOnPolicyAlgorithm, n_batches: int) -> tuple[float, dict[str, list[float]]]:
     """Seconds per batch of learn() over ``n_batches`` batches, and the logged train/ and collector/ columns."""
-    batch_size = model.n_steps * (model.envs_per_worker or model.n_envs if model.collector == "ray" else model.n_envs)
+    envs_per_segment = model.collector_kwargs.get("envs_per_worker", 1) if model.collector == "ray" else model.n_envs
+    batch_size = model.n_steps * envs_per_segment
     with tempfile.TemporaryDirectory() as folder:
         model.set_logger(configure(folder, ["csv"]))
         start = time.perf_counter()
@@ -112,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="cpu", help="learner device (collectors always run on CPU)")
     parser.add_argument("--vec-env", choices=["dummy", "subproc"], default="dummy")
-    parser.add_argument("--collector", choices=sorted(COLLECTOR_NAMES), default="thread")
+    parser.add_argument("--collector", choices=sorted(ASYNC_COLLECTORS), default="thread", help="the T_async run's collector")
     parser.add_argument("--workers", type=int, default=None, help="Ray workers with --collector ray (default: CPUs - 1)")
     parser.add_argument("--out", type=Path, default=Path("results"))
     args = parser.parse_args(argv)
@@ -138,9 +142,9 @@ def main(argv: list[str] | None = None) -> None:
     progress = tqdm(total=4, desc="throughput: C")
     try:
         # C: the sampler alone.
-        model = build(args.algo, args.env, args.seed, args.device, subproc, async_collection=False)
+        model = build(args.algo, args.env, args.seed, args.device, subproc, collector="sync", collector_kwargs=None)
         model._setup_learn(1, None, True, "throughput", False)
-        collector = model._make_collector(model.n_steps)
+        collector = model._make_collector()
         report["batch_env_steps"] = model.n_steps * model.n_envs
         start = time.perf_counter()
         segments = [collector.get_segment() for _ in tqdm(range(args.batches), desc="collecting", leave=False)]
@@ -149,16 +153,16 @@ def main(argv: list[str] | None = None) -> None:
 
         # L: the learner alone, fed the same segments.
         progress.set_description("throughput: L")
-        model._make_collector = lambda: PrecollectedCollector(collector.sampler, segments)  # type: ignore[method-assign]
+        model._make_collector = lambda *_, **__: PrecollectedCollector(collector.sampler, segments)  # type: ignore[method-assign]
         report["L_learn_seconds_per_batch"], _ = timed_learn(model, args.batches)
         model.env.close()
         progress.update()
 
         # T_async and T_sync: the real thing.
         progress.set_description("throughput: T_async")
-        options = {"async_collection": True, "collector": args.collector}
+        options: dict = {"collector": args.collector}
         if args.collector == "ray":
-            options["num_workers"] = args.workers
+            options["collector_kwargs"] = {"num_workers": args.workers}
         async_model = build(args.algo, args.env, args.seed, args.device, subproc, **options)
         async_seconds, async_logs = timed_learn(async_model, args.batches)
         async_model.env.close()
@@ -170,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
         report.update({f"collector_{key}": value for key, value in async_model.collector_stats.items()})
         progress.update()
         progress.set_description("throughput: T_sync")
-        sync_model = build(args.algo, args.env, args.seed, args.device, subproc, async_collection=False)
+        sync_model = build(args.algo, args.env, args.seed, args.device, subproc, collector="sync", collector_kwargs=None)
         report["T_sync_seconds_per_batch"], _ = timed_learn(sync_model, args.batches)
         sync_model.env.close()
         progress.update()

@@ -3,8 +3,9 @@ Demo: IMPACT with its default hyperparameters on CartPole-v1 (about a minute on 
 
     python examples/cartpole.py [--steps 100000] [--algo impact|impala]
 
-Trains with asynchronous collection, saves the model, loads it back and reports the deterministic
-evaluation return over 10 episodes (500 is the maximum).
+Trains with the algorithm's default collector, ``collector="thread"`` (a background thread collects the next
+segment while the learner trains; docs/algorithms/collectors.md), saves the model, loads it back and reports
+the deterministic evaluation return over 10 episodes (500 is the maximum).
 """
 
 import argparse

@@ -7,7 +7,7 @@ What it does, as on a real cluster (where the second ``ray start`` runs on anoth
 
     ray start --head --node-ip-address 127.0.0.1 --num-cpus 1 --port 6390        # node 1: the head
     ray start --node-ip-address 127.0.0.1 --address 127.0.0.1:6390 --num-cpus 1  # node 2 joins it
-    IMPACT(..., collector="ray", ray_address="127.0.0.1:6390", num_workers=2).learn(...)
+    IMPACT(..., collector="ray", collector_kwargs=dict(address="127.0.0.1:6390", num_workers=2)).learn(...)
     ray stop --force                                  # stops every Ray process on this machine
 
 Each node offers one CPU and each worker takes one, so the two workers must land on different nodes;
@@ -80,9 +80,7 @@ def main() -> None:
             "MlpPolicy",
             "CartPole-v1",
             collector="ray",
-            ray_address=address,
-            num_workers=2,
-            envs_per_worker=4,
+            collector_kwargs=dict(address=address, num_workers=2, envs_per_worker=4),
             n_steps=32,
             gamma=0.98,
             gae_lambda=0.8,

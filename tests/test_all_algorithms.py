@@ -31,8 +31,7 @@ SMALL = {
 }
 ALGOS = list(SMALL)
 ALGO_IDS = [algo.__name__ for algo in ALGOS]
-MODES = {"sync": dict(async_collection=False), "thread": dict(async_collection=True, collector="thread")}
-MODES["process"] = dict(async_collection=True, collector="process")
+MODES = {name: dict(collector=name) for name in ("sync", "thread", "process")}
 
 
 def small(algo, **kwargs):
@@ -128,7 +127,7 @@ def test_save_load_gives_identical_predictions_and_starts_nothing(algo, mode, tm
     threads_before = threading.active_count()
     loaded = algo.load(tmp_path / "model", env=make_vec_env("Pendulum-v1"), device="cpu")
     assert threading.active_count() == threads_before and collector_processes() == []
-    assert loaded.async_collection == model.async_collection and loaded.collector == model.collector
+    assert loaded.collector == model.collector and loaded.collector_kwargs == model.collector_kwargs
     actions, _ = loaded.predict(observations, deterministic=True)
     np.testing.assert_array_equal(actions, expected)
     loaded.learn(64)  # continues training after load
@@ -159,11 +158,12 @@ def test_unsupported_spaces_raise_naming_the_space(algo):
     "kwargs, error, match",
     [
         (dict(collector="carrier-pigeon"), ValueError, "collector"),
-        (dict(collector_queue_size=0), ValueError, "collector_queue_size"),
-        (dict(async_collection="yes"), TypeError, "async_collection"),
-        (dict(num_workers=2), ValueError, "num_workers"),
-        (dict(envs_per_worker=0), ValueError, "envs_per_worker"),
-        (dict(ray_address=5), TypeError, "ray_address"),
+        (dict(collector=int), ValueError, "collector"),
+        (dict(collector="thread", collector_kwargs=dict(queue_size=0)), ValueError, "queue_size"),
+        (dict(collector="process", collector_kwargs=dict(queue_size=1.5)), ValueError, "queue_size"),
+        (dict(collector="sync", collector_kwargs=dict(queue_size=2)), TypeError, "SyncCollector takes no options"),
+        (dict(collector="thread", collector_kwargs=dict(num_workers=2)), TypeError, "num_workers"),
+        (dict(collector="thread", collector_kwargs=[("queue_size", 1)]), TypeError, "collector_kwargs"),
     ],
 )
 @pytest.mark.parametrize("algo", ALGOS, ids=ALGO_IDS)

@@ -332,15 +332,15 @@ def test_algo_variants_replace_yml_entries_and_reject_bad_items():
     from benchmarks.common import algo_class, hyperparams_source, load_zoo_hyperparams, split_variant, validate_names
 
     assert split_variant("ppo_amber") == ("ppo_amber", {})
-    variant = "ppo_amber[async_collection=True,collector=process,n_steps=128]"
-    assert split_variant(variant) == ("ppo_amber", {"async_collection": True, "collector": "process", "n_steps": 128})
+    variant = "ppo_amber[normalize_advantage=False,collector=process,n_steps=128]"
+    assert split_variant(variant) == ("ppo_amber", {"normalize_advantage": False, "collector": "process", "n_steps": 128})
     params = load_zoo_hyperparams(variant, "Pendulum-v1")
-    assert params["async_collection"] is True and params["n_steps"] == 128
+    assert params["normalize_advantage"] is False and params["n_steps"] == 128
     assert params["batch_size"] == load_zoo_hyperparams("ppo_amber", "Pendulum-v1")["batch_size"]
     assert algo_class(variant).__name__ == "PPOAMBER"
-    assert "with {'async_collection': True" in hyperparams_source(variant, "Pendulum-v1")
+    assert "with {'normalize_advantage': False" in hyperparams_source(variant, "Pendulum-v1")
     validate_names([variant], ["Pendulum-v1"])
     with pytest.raises(ValueError, match="NAME\\[key=value"):
-        split_variant("ppo_amber[async_collection]")
+        split_variant("ppo_amber[normalize_advantage]")
     with pytest.raises(ValueError, match="unknown algos"):
         validate_names(["nope[a=1]"], ["Pendulum-v1"])

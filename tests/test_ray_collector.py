@@ -100,26 +100,35 @@ def test_choosing_ray_without_ray_installed_says_which_extra(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "kwargs, name",
+    "collector, options, error, name",
     [
-        ({"collector": "thread", "num_workers": 2}, "num_workers"),
-        ({"collector": "process", "envs_per_worker": 2}, "envs_per_worker"),
-        ({"collector": "thread", "ray_address": "auto"}, "ray_address"),
-        ({"collector": "ray", "num_workers": 0}, "num_workers"),
-        ({"collector": "ray", "envs_per_worker": 0}, "envs_per_worker"),
+        ("thread", {"num_workers": 2}, TypeError, "num_workers"),
+        ("process", {"envs_per_worker": 2}, TypeError, "envs_per_worker"),
+        ("thread", {"address": "auto"}, TypeError, "address"),
+        ("ray", {"num_workers": 0}, ValueError, "num_workers"),
+        ("ray", {"envs_per_worker": 0}, ValueError, "envs_per_worker"),
+        ("ray", {"address": 5}, TypeError, "address"),
+        ("ray", {"workers": 2}, TypeError, "workers"),
     ],
 )
-def test_ray_parameters_are_validated_at_construction(kwargs, name):
-    with pytest.raises(ValueError, match=name):
-        IMPACT("MlpPolicy", "CartPole-v1", **kwargs, **SMALL)
+def test_ray_options_are_validated_at_construction(collector, options, error, name):
+    if collector == "ray":
+        pytest.importorskip("ray")
+    with pytest.raises(error, match=name):
+        IMPACT("MlpPolicy", "CartPole-v1", collector=collector, collector_kwargs=options, **SMALL)
 
 
-def test_ray_needs_an_env_description_and_async_collection():
+def test_ray_needs_an_env_description():
     pytest.importorskip("ray")
     with pytest.raises(ValueError, match="env"):
         IMPACT("MlpPolicy", CrashingEnv(), collector="ray", **SMALL)  # an instance cannot be rebuilt remotely
-    with pytest.raises(ValueError, match="async_collection"):
-        IMPALA("MlpPolicy", "CartPole-v1", collector="ray", async_collection=False, **SMALL)
+
+
+def test_vracer_refuses_ray_naming_the_reason():
+    from sb3_impact import VRACER
+
+    with pytest.raises(ValueError, match="episode memory"):
+        VRACER("MlpPolicy", "Pendulum-v1", collector="ray")
 
 
 def test_env_factories_are_saved_unless_they_cannot_be_pickled(tmp_path):
@@ -139,8 +148,7 @@ def test_impact_learns_cartpole_with_ray_workers(local_ray):
         "MlpPolicy",
         "CartPole-v1",
         collector="ray",
-        num_workers=2,
-        envs_per_worker=4,
+        collector_kwargs=dict(num_workers=2, envs_per_worker=4),
         n_steps=32,
         gamma=0.98,
         gae_lambda=0.8,
@@ -162,7 +170,9 @@ def test_impact_learns_cartpole_with_ray_workers(local_ray):
 
 
 def test_a_killed_worker_is_replaced_and_its_segment_counted(local_ray):
-    model = IMPALA("MlpPolicy", "CartPole-v1", collector="ray", num_workers=2, envs_per_worker=2, seed=0, **SMALL)
+    model = IMPALA(
+        "MlpPolicy", "CartPole-v1", collector="ray", collector_kwargs=dict(num_workers=2, envs_per_worker=2), seed=0, **SMALL
+    )
     kill = AtStep(40, lambda callback: local_ray.kill(callback.actors[0]))
     with pytest.warns(RuntimeWarning, match="worker 0 failed and is replaced"):
         model.learn(3000, callback=kill)
@@ -176,7 +186,7 @@ def test_a_killed_worker_is_replaced_and_its_segment_counted(local_ray):
 
 
 def test_keyboard_interrupt_releases_every_actor(local_ray):
-    model = IMPACT("MlpPolicy", "CartPole-v1", collector="ray", num_workers=2, **SMALL)
+    model = IMPACT("MlpPolicy", "CartPole-v1", collector="ray", collector_kwargs=dict(num_workers=2), **SMALL)
 
     def interrupt(callback):
         raise KeyboardInterrupt
@@ -193,7 +203,8 @@ def test_keyboard_interrupt_releases_every_actor(local_ray):
 
 def test_workers_that_keep_failing_end_learn_with_the_cause(local_ray, monkeypatch):
     monkeypatch.setattr(RayCollector, "max_restarts", 1)
-    model = IMPACT("MlpPolicy", functools.partial(CrashingEnv, crash_after=40), collector="ray", num_workers=1, **SMALL)
+    env = functools.partial(CrashingEnv, crash_after=40)
+    model = IMPACT("MlpPolicy", env, collector="ray", collector_kwargs=dict(num_workers=1), **SMALL)
     with pytest.warns(RuntimeWarning, match="replaced"), pytest.raises(CollectorError, match="max_restarts=1") as error:
         model.learn(10_000)
     assert "environment exploded" in str(error.value.__cause__)
@@ -201,7 +212,7 @@ def test_workers_that_keep_failing_end_learn_with_the_cause(local_ray, monkeypat
 
 
 def test_workers_with_other_spaces_than_the_learner_raise(local_ray):
-    model = IMPACT("MlpPolicy", "CartPole-v1", collector="ray", num_workers=1, **SMALL)
+    model = IMPACT("MlpPolicy", "CartPole-v1", collector="ray", collector_kwargs=dict(num_workers=1), **SMALL)
     model.worker_env = "MountainCar-v0"  # as if set_env() or load() had given the learner another env
     with pytest.raises(ValueError, match="do not match the learner"):
         model.learn(100)
@@ -209,7 +220,8 @@ def test_workers_with_other_spaces_than_the_learner_raise(local_ray):
 
 
 def test_save_and_load_do_not_need_ray(local_ray, tmp_path, monkeypatch):
-    model = IMPACT("MlpPolicy", "CartPole-v1", collector="ray", num_workers=1, envs_per_worker=2, seed=0, **SMALL)
+    options = dict(num_workers=1, envs_per_worker=2)
+    model = IMPACT("MlpPolicy", "CartPole-v1", collector="ray", collector_kwargs=options, seed=0, **SMALL)
     model.learn(256)
     model.save(tmp_path / "model.zip")
     observations = np.stack([model.observation_space.sample() for _ in range(5)])
@@ -219,7 +231,7 @@ def test_save_and_load_do_not_need_ray(local_ray, tmp_path, monkeypatch):
     loaded = IMPACT.load(tmp_path / "model.zip", env=gym.make("CartPole-v1"), device="cpu")
     actions, _ = loaded.predict(observations, deterministic=True)
     np.testing.assert_array_equal(actions, expected)
-    assert (loaded.collector, loaded.worker_env, loaded.num_workers, loaded.envs_per_worker) == ("ray", "CartPole-v1", 1, 2)
+    assert (loaded.collector, loaded.worker_env, loaded.collector_kwargs) == ("ray", "CartPole-v1", options)
     assert loaded._collector is None
     with pytest.raises(ImportError, match="sb3-impact"):
         loaded.learn(100)  # learn() is what needs Ray
@@ -238,10 +250,8 @@ def test_ppo_based_algorithms_learn_from_ray_workers(local_ray, algo, kwargs):
     model = algo(
         "MlpPolicy",
         "Pendulum-v1",
-        async_collection=True,
         collector="ray",
-        num_workers=2,
-        envs_per_worker=1,
+        collector_kwargs=dict(num_workers=2, envs_per_worker=1),
         policy_kwargs=dict(net_arch=[16]),
         device="cpu",
         **kwargs,
@@ -255,4 +265,33 @@ def test_ppo_based_algorithms_learn_from_ray_workers(local_ray, algo, kwargs):
 def test_ppo_based_algorithms_need_one_rollout_per_ray_segment():
     pytest.importorskip("ray")
     with pytest.raises(ValueError, match="envs_per_worker"):
-        PPOAMBER("MlpPolicy", "Pendulum-v1", async_collection=True, collector="ray", envs_per_worker=2, device="cpu")
+        PPOAMBER("MlpPolicy", "Pendulum-v1", collector="ray", collector_kwargs=dict(envs_per_worker=2), device="cpu")
+
+
+def ray_processes() -> list[str]:
+    """Command lines of the Ray processes on this machine (Linux /proc)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # the process ended
+            continue
+        if any(part in text for part in ("raylet", "gcs_server", "ray::", "default_worker.py")):
+            found.append(text[:120])
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process table from /proc")
+def test_a_collector_that_started_ray_leaves_no_ray_process():
+    ray = pytest.importorskip("ray")
+    if ray.is_initialized():
+        pytest.skip("Ray is already running in this process")
+    assert ray_processes() == [], "Ray processes were running before the test"
+    model = IMPACT("MlpPolicy", "CartPole-v1", collector="ray", collector_kwargs=dict(num_workers=1), seed=0, **SMALL)
+    model.learn(200)
+    assert model.sampled_steps == model.trained_steps + model.dropped_steps
+    assert not ray.is_initialized()  # the collector started Ray, so it shut it down
+    deadline = time.monotonic() + 5.0
+    while ray_processes() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ray_processes() == []

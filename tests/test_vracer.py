@@ -34,7 +34,7 @@ from sb3_impact.common.refer import (
 from sb3_impact.common.vtrace import vtrace
 from sb3_impact.vracer.memory import EpisodeReplayMemory
 from sb3_impact.vracer.retrace import retrace_q_ret, v_tbc
-from sb3_impact.vracer.vracer import async_segment_steps, refer_vracer_loss
+from sb3_impact.vracer.vracer import refer_vracer_loss, segment_steps
 
 from .conftest import collector_processes, collector_threads
 
@@ -539,7 +539,7 @@ PENDULUM_DT = 0.05
 
 
 def async_model(seed=0, **kwargs):
-    return small_model(seed=seed, async_collection=True, train_freq=4, **kwargs)
+    return small_model(seed=seed, **{"collector": "thread", "train_freq": 4, **kwargs})
 
 
 def assert_pendulum_memory_is_consistent(memory):
@@ -592,8 +592,8 @@ def test_async_learn_trains_stores_every_step_and_logs_the_policy_lag(mode):
     model.set_logger(Logger(folder=None, output_formats=[writer]))
     model.learn(800, log_interval=5)
     assert model.num_timesteps == 800
-    # gradient_steps=-1: one per env step of each segment stored once 300 steps were collected (300, 304, ..., 800)
-    assert model._n_updates == 800 - 300 + 4
+    # gradient_steps=-1: one per env step of each segment stored after 300 steps were collected (304, ..., 800)
+    assert model._n_updates == 800 - 300
     assert model.sampled_steps == model.trained_steps + model.dropped_steps
     assert model.trained_steps == 800
     memory = model.replay_buffer
@@ -611,14 +611,14 @@ def test_async_learn_trains_stores_every_step_and_logs_the_policy_lag(mode):
     assert len(lags) >= 800 // 4 // 5 and all(0 <= lag <= model._n_updates for lag in lags)
     keys = {key for record in writer.records for key in record}
     assert {"train/beta", "train/policy_lag_max", "collector/sampled_steps", "collector/trained_steps"} <= keys
-    assert "collector/dropped_steps" in writer.records[-1]
+    assert "collector/in_flight_steps" in writer.records[-1] and "collector/dropped_steps" in model.logger.name_to_value
 
 
 def test_sync_memory_passes_the_same_consistency_check():
     model = small_model(train_freq=4)
     model.learn(800)
     assert_pendulum_memory_is_consistent(model.replay_buffer)
-    assert model.sampled_steps == model.trained_steps == 800 and model.dropped_steps == 0  # SB3 trains on every step
+    assert model.sampled_steps == model.trained_steps == 800 and model.dropped_steps == 0  # trains on every step
 
 
 @pytest.mark.parametrize("mode", ASYNC_MODES, ids=ASYNC_IDS)
@@ -675,29 +675,25 @@ def test_async_callback_stop_drops_the_segment_and_closes_the_episode():
     "train_freq",
     [(1, "episode"), (2, "episode"), TrainFreq(1, TrainFrequencyUnit.EPISODE), (4, "fortnight"), 0, (1,)],
 )
-def test_async_needs_train_freq_in_steps(train_freq):
+@pytest.mark.parametrize("collector", ["sync", "thread"])
+def test_train_freq_must_count_steps_with_every_collector(train_freq, collector):
+    # Segments have a fixed number of vector steps: episode units are refused at construction.
     with pytest.raises(ValueError, match="train_freq"):
-        VRACER("MlpPolicy", "Pendulum-v1", async_collection=True, train_freq=train_freq)
-    model = small_model(train_freq=(1, "episode"))  # fine synchronously; refused by an asynchronous learn()
-    model.async_collection = True
-    with pytest.raises(ValueError, match="train_freq"):
-        model.learn(100)
+        VRACER("MlpPolicy", "Pendulum-v1", collector=collector, train_freq=train_freq)
 
 
-def test_async_segment_steps_accepts_step_units():
-    assert async_segment_steps(8) == async_segment_steps((8, "step")) == 8
-    assert async_segment_steps(TrainFreq(3, TrainFrequencyUnit.STEP)) == 3
+def test_segment_steps_accepts_step_units():
+    assert segment_steps(8) == segment_steps((8, "step")) == 8
+    assert segment_steps(TrainFreq(3, TrainFrequencyUnit.STEP)) == 3
 
 
-def test_ray_collector_and_bad_collection_parameters_are_refused():
+def test_bad_collection_parameters_are_refused():
     with pytest.raises(ValueError, match="collector"):
-        VRACER("MlpPolicy", "Pendulum-v1", async_collection=True, collector="ray")
-    with pytest.raises(ValueError, match="collector"):
-        VRACER("MlpPolicy", "Pendulum-v1", async_collection=True, collector="pigeon")
-    with pytest.raises(ValueError, match="collector_queue_size"):
-        VRACER("MlpPolicy", "Pendulum-v1", async_collection=True, collector_queue_size=0)
-    with pytest.raises(ValueError, match="num_workers"):
-        VRACER("MlpPolicy", "Pendulum-v1", async_collection=True, num_workers=2)
+        VRACER("MlpPolicy", "Pendulum-v1", collector="pigeon")
+    with pytest.raises(ValueError, match="queue_size"):
+        VRACER("MlpPolicy", "Pendulum-v1", collector="thread", collector_kwargs=dict(queue_size=0))
+    with pytest.raises(TypeError, match="num_workers"):
+        VRACER("MlpPolicy", "Pendulum-v1", collector="process", collector_kwargs=dict(num_workers=2))
 
 
 def test_policy_behaviour_sampling_for_the_collector():
@@ -719,14 +715,14 @@ def test_policy_behaviour_sampling_for_the_collector():
 
 
 def test_async_model_save_and_load_round_trip(tmp_path):
-    model = async_model(collector="process", collector_queue_size=2)
+    model = async_model(collector="process", collector_kwargs=dict(queue_size=2))
     model.learn(400)
     model.save(tmp_path / "model.zip")
     with zipfile.ZipFile(tmp_path / "model.zip") as archive:
         data = archive.read("data").decode()
     assert '"_collector"' not in data and '"replay_buffer":' not in data
     loaded = VRACER.load(tmp_path / "model.zip", env=make_vec_env("Pendulum-v1", n_envs=1, seed=1), device="cpu")
-    assert loaded.async_collection and loaded.collector == "process" and loaded.collector_queue_size == 2
+    assert loaded.collector == "process" and loaded.collector_kwargs == dict(queue_size=2)
     assert loaded.train_freq == model.train_freq and loaded._n_updates == model._n_updates
     observations = np.random.default_rng(9).uniform(-1, 1, size=(10, 3)).astype(np.float32)
     np.testing.assert_array_equal(
@@ -753,7 +749,7 @@ class CrashingPendulum(gym.Wrapper):
 @pytest.mark.parametrize("mode", ASYNC_MODES, ids=ASYNC_IDS)
 def test_async_env_crash_ends_learn_promptly_with_collector_error(mode):
     env = make_vec_env(lambda: CrashingPendulum(crash_after=150), n_envs=1)
-    model = VRACER("MlpPolicy", env, async_collection=True, train_freq=4, **{**SMALL, "learning_starts": 100}, **mode)
+    model = VRACER("MlpPolicy", env, train_freq=4, **{**SMALL, "learning_starts": 100}, **mode)
     start = time.monotonic()
     with pytest.raises(CollectorError) as error_info:
         model.learn(10_000)

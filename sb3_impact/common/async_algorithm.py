@@ -146,7 +146,9 @@ class AsyncOnPolicyAlgorithm(OnPolicySegmentMixin, OnPolicyAlgorithm):
         )
         self.policy = self.policy.to(self.device)
         # SB3's on-policy surface (collect_rollouts); the learner trains from the circular buffer.
-        rollout_buffer_class = DictBehaviourRolloutBuffer if isinstance(self.observation_space, spaces.Dict) else BehaviourRolloutBuffer
+        rollout_buffer_class = (
+            DictBehaviourRolloutBuffer if isinstance(self.observation_space, spaces.Dict) else BehaviourRolloutBuffer
+        )
         self.rollout_buffer = rollout_buffer_class(
             self.n_steps,
             self.observation_space,

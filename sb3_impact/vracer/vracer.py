@@ -140,11 +140,11 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
     are annealed with the environment step (eq. 13).
 
     Data comes from a ``collector`` through the one segment loop (see :meth:`learn`): ``"sync"`` (default)
-    collects ``train_freq`` vector steps with the current policy, then trains; ``"thread"``, ``"process"`` and
-    ``"ray"`` step the environments with a copy of the policy while the learner trains. Every segment enters
-    the memory (each environment's steps staged until its episode ends; segments from Ray workers carry the
-    worker's environments, numbered by worker), then ``gradient_steps`` gradient steps run and the new weights
-    are broadcast.
+    collects ``train_freq`` vector steps with the current policy, then trains; ``"thread"`` and ``"process"``
+    step the environments with a copy of the policy while the learner trains (``"ray"`` is refused: segments
+    from several workers do not say whose environments they come from, which the episode memory needs). Every
+    segment enters the memory (each environment's steps staged until its episode ends), then ``gradient_steps``
+    gradient steps run and the new weights are broadcast.
 
     :param policy: The policy model to use (MlpPolicy, CnnPolicy, MultiInputPolicy, or a VRACERPolicy subclass)
     :param env: The environment to learn from (if registered in Gym, can be str, or a factory returning a
@@ -196,7 +196,7 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
     replay_buffer: EpisodeReplayMemory  # type: ignore[assignment]
     # One gradient step per env step: with all cores the learner's intra-op threads starve the collector thread
     # (2-core machine, thread collector, 3000 steps of the Pendulum yml: 34-117 s uncapped, 13-15 s capped).
-    thread_collector_limits_threads = True
+    default_collector_kwargs: ClassVar[dict[str, dict[str, Any]]] = {"thread": {"limit_learner_threads": True}}
 
     def __init__(
         self,
@@ -237,6 +237,12 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
             raise ValueError(f"gamma must be in (0, 1], got {gamma}")
         if learning_starts < 0:
             raise ValueError(f"learning_starts must be non-negative, got {learning_starts}")
+        if collector == "ray":
+            raise ValueError(
+                "collector='ray' is not supported by VRACER: its episode memory stages every environment's steps "
+                "until the episode ends, and segments from several Ray workers do not say which worker's "
+                "environments they come from; use collector='sync', 'thread' or 'process'"
+            )
         env = self._init_collection(env, collector, collector_kwargs)
         segment_steps(train_freq)
         super().__init__(
@@ -495,7 +501,7 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
             self.replay_buffer.close_staged_episodes(self._values_of)
 
     def _train_on_segment(self, segment: Segment) -> None:
-        if self.num_timesteps >= self.learning_starts:
+        if self.num_timesteps > self.learning_starts:  # SB3's off-policy rule
             gradient_steps = self.gradient_steps if self.gradient_steps >= 0 else segment.size
             if gradient_steps > 0:
                 self.train(gradient_steps=gradient_steps, batch_size=self.batch_size)
@@ -509,4 +515,3 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
             "VRACER collects through its collector inside learn() (the one segment loop): SB3's off-policy "
             "collect_rollouts is not used; call learn()"
         )
-
