@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch as th
 from gymnasium import spaces
+from sb3_impact.common.vtrace import fold_truncation_bootstrap
 from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.envs import IdentityEnv, IdentityEnvBox, IdentityEnvMultiBinary, IdentityEnvMultiDiscrete
@@ -18,7 +19,6 @@ from sb3_impact import PTRPPO
 from sb3_impact.common.distributions import distribution_from_params
 from sb3_impact.common.policy_evaluation import MAX_LOG_RATIO
 from sb3_impact.common.segments import Segment
-from sb3_impact.common.vtrace import fold_truncation_bootstrap
 from sb3_impact.ptr_ppo.memory import PRIORITY_EPS, RunningReturnStatistics, TrajectoryMemory
 from sb3_impact.ptr_ppo.ptr_ppo import (
     REPLAY_RATIOS,

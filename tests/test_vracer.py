@@ -14,6 +14,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch as th
+from sb3_impact.common.vtrace import vtrace
+from sb3_impact.vracer.retrace import retrace_q_ret, v_tbc
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.logger import KVWriter, Logger
@@ -31,9 +33,7 @@ from sb3_impact.common.refer import (
     is_near_policy,
     update_beta,
 )
-from sb3_impact.common.vtrace import vtrace
 from sb3_impact.vracer.memory import EpisodeReplayMemory
-from sb3_impact.vracer.retrace import retrace_q_ret, v_tbc
 from sb3_impact.vracer.vracer import async_segment_steps, refer_vracer_loss
 
 from .conftest import collector_processes, collector_threads

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch as th
 
-from sb3_impact.common.vtrace import fold_truncation_bootstrap, vtrace
+from sb3_impact.common.estimators import fold_truncation_bootstrap, vtrace
 
 
 def reference_vtrace(behaviour_lp, target_lp, rewards, values, bootstrap, discounts, rho_bar, c_bar, pg_rho_bar, lambda_):

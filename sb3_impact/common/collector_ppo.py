@@ -15,11 +15,11 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
 from stable_baselines3.common.utils import obs_as_tensor
 from stable_baselines3.common.vec_env import VecEnv
 
-from sb3_impact.common.buffers import BehaviourRecordingMixin, BehaviourRolloutBuffer, DictBehaviourRolloutBuffer
 from sb3_impact.common.collection import CollectorMixin
 from sb3_impact.common.distributions import check_action_space
 from sb3_impact.common.observations import check_observation_space
 from sb3_impact.common.policy_evaluation import segment_values
+from sb3_impact.common.rollout_buffers import BehaviourRecordingMixin, BehaviourRolloutBuffer, DictBehaviourRolloutBuffer
 from sb3_impact.common.segments import Segment
 
 SelfCollectorPPO = TypeVar("SelfCollectorPPO", bound="CollectorPPO")
@@ -35,7 +35,7 @@ class CollectorPPO(CollectorMixin, PPO):
     learner trains, with weights broadcast after every ``train()``; each rollout's actions, log-probabilities
     and distribution parameters are the behaviour policy's, so the ratios of the loss are taken against the
     policy that acted. Either way the rollout enters a behaviour-recording rollout buffer
-    (:class:`~sb3_impact.common.buffers.BehaviourRecordingMixin`) with values, GAE and value targets from the
+    (:class:`~sb3_impact.common.rollout_buffers.BehaviourRecordingMixin`) with values, GAE and value targets from the
     learner's current value function. ``policy_lag`` (learner updates, in ``_n_updates`` units, between the
     weights that collected a rollout and those that train on it) is logged as ``train/policy_lag``.
     """

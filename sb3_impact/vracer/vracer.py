@@ -1,7 +1,6 @@
 """V-RACER with Remember-and-Forget Experience Replay (Novati & Koumoutsakos, ICML 2019)."""
 
 import io
-import math
 import pathlib
 import warnings
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedul
 from stable_baselines3.common.utils import obs_as_tensor, update_learning_rate
 
 from sb3_impact.common.collection import CollectorMixin
+from sb3_impact.common.estimators import clipped_ratio
 from sb3_impact.common.observations import (
     Observation,
     check_finite_step,
@@ -101,13 +101,13 @@ def refer_vracer_loss(
     log_rhos = (log_pi - log_mu).detach()
     if 1 in refer_rules:  # rule 1: far-policy samples give no policy and no value gradient
         near = is_near_policy(log_rhos, c_max).to(values.dtype)
-        rhos = th.exp(th.clamp(log_rhos, max=math.log(c_max)))  # unchanged where near
+        rhos = clipped_ratio(log_rhos, c_max)  # unchanged where near
     else:
         near = th.ones_like(log_rhos)
-        rhos = th.exp(th.clamp(log_rhos, max=math.log(UNBOUNDED_RHO_CLIP)))
+        rhos = clipped_ratio(log_rhos, UNBOUNDED_RHO_CLIP)
     if 2 not in refer_rules:
         beta = 1.0
-    rho_bars = th.exp(th.clamp(log_rhos, max=0.0))
+    rho_bars = clipped_ratio(log_rhos, 1.0)  # rho_bar = min(1, rho), eq. 7
     advantages = q_ret - values.detach()
     v_tbc = values.detach() + rho_bars * advantages  # eq. 7
     policy_losses = -rhos * advantages * log_pi  # its gradient is that of eq. 5, -rho (Q_ret - V)
@@ -120,7 +120,7 @@ def refer_vracer_loss(
         "policy_gradient_loss": (near * -(rhos * advantages)).mean().detach(),
         "value_loss": (near * value_losses).mean().detach(),
         "kl_mu_pi": kl.mean().detach(),
-        "is_ratio_mean": th.exp(th.clamp(log_rhos, max=math.log(UNBOUNDED_RHO_CLIP))).mean(),
+        "is_ratio_mean": clipped_ratio(log_rhos, UNBOUNDED_RHO_CLIP).mean(),
         "batch_near_fraction": near.mean(),
     }
     return loss, parts
