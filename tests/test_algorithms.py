@@ -22,8 +22,8 @@ from stable_baselines3.common.logger import configure
 from stable_baselines3.common.vec_env import SubprocVecEnv, VecFrameStack, VecNormalize
 
 from sb3_impact import IMPACT, IMPALA
-from sb3_impact.common.buffers import TrainingBatch
 from sb3_impact.common.collectors.base import CollectorError
+from sb3_impact.common.training_batch import TrainingBatch
 
 from .conftest import CrashingEnv
 

@@ -79,3 +79,18 @@ def test_gaussian_kl_gradient_matches_autograd_of_closed_form():
 def test_unsupported_action_spaces_raise(action_space):
     with pytest.raises(ValueError, match="Unsupported action space"):
         check_action_space(action_space)
+
+
+def test_behaviour_sampling_policy_protocol():
+    """The sampler asks ``isinstance(policy, BehaviourSamplingPolicy)``: V-RACER's policy is one, SB3's are not."""
+    from sb3_impact.common.distributions import BehaviourSamplingPolicy
+    from sb3_impact.vracer.policies import VRACERPolicy
+
+    box = spaces.Box(-1.0, 1.0, (2,))
+    vracer_policy = VRACERPolicy(box, box, lambda _: 1e-3)
+    assert isinstance(vracer_policy, BehaviourSamplingPolicy)
+    assert not isinstance(ActorCriticPolicy(box, box, lambda _: 1e-3), BehaviourSamplingPolicy)
+    with th.no_grad():
+        actions, log_probs, params = vracer_policy.sample_behaviour(th.zeros(3, 2))
+    assert actions.shape == (3, 2) and log_probs.shape == (3,) and params.shape == (3, 4)
+    assert vracer_policy.env_actions(actions.numpy()).shape == (3, 2)

@@ -1,7 +1,5 @@
 """PPO-AMBER: R' (eq. 10), batch selection, the replay memory, equivalence with SB3 PPO, save/load, bad input."""
 
-import math
-
 import numpy as np
 import pytest
 import torch as th
@@ -15,7 +13,7 @@ from stable_baselines3.common.save_util import load_from_zip_file
 from sb3_impact import PPOAMBER
 from sb3_impact.common.distributions import distribution_from_params
 from sb3_impact.ppo_amber.memory import BatchReplayMemory, StoredBatch
-from sb3_impact.ppo_amber.ppo_amber import batch_average_is_weight, select_active_batches
+from sb3_impact.ppo_amber.ppo_amber import select_active_batches
 
 from .test_algorithms import DictObsEnv
 
@@ -23,22 +21,6 @@ SMALL = dict(n_steps=32, batch_size=16, n_epochs=2, policy_kwargs=dict(net_arch=
 
 
 # --- R' and the active set -------------------------------------------------------------------------------
-
-
-def test_batch_average_is_weight_matches_hand_computation():
-    behaviour = th.log(th.tensor([0.5, 0.2, 0.4, 0.1]))
-    current = th.log(th.tensor([1.0, 0.1, 0.4, 0.3]))
-    # ratios 2, 0.5, 1, 3 -> 1 + |1 - ratio| = 2, 1.5, 1, 3 -> mean 7.5 / 4
-    assert batch_average_is_weight(current, behaviour) == pytest.approx(7.5 / 4)
-    assert batch_average_is_weight(behaviour, behaviour) == 1.0
-
-
-def test_batch_average_is_weight_stays_finite_for_extreme_ratios():
-    behaviour = th.tensor([0.0, -1e4, 0.0])
-    current = th.tensor([-1e4, 0.0, 0.0])  # ratios e^-1e4 and e^1e4: log ratio clamped to +-20
-    value = batch_average_is_weight(current, behaviour)
-    assert math.isfinite(value)
-    assert value == pytest.approx((2.0 + math.exp(20.0) + 1.0) / 3, rel=1e-6)
 
 
 def gaussian_density(action: np.ndarray, mean: np.ndarray, std: np.ndarray) -> float:

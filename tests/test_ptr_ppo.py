@@ -1,4 +1,4 @@
-"""PTR-PPO: the sum-tree, the priority memory, the estimators of section 4 against slow references, and the algorithm."""
+"""PTR-PPO: the sum-tree, the priority memory and the algorithm (its estimators are in test_estimators.py)."""
 
 import copy
 import math
@@ -16,21 +16,13 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 
 from sb3_impact import PTRPPO
 from sb3_impact.common.distributions import distribution_from_params
-from sb3_impact.common.policy_evaluation import MAX_LOG_RATIO
 from sb3_impact.common.segments import Segment
-from sb3_impact.common.vtrace import fold_truncation_bootstrap
 from sb3_impact.ptr_ppo.memory import PRIORITY_EPS, RunningReturnStatistics, TrajectoryMemory
-from sb3_impact.ptr_ppo.ptr_ppo import (
-    REPLAY_RATIOS,
-    clipped_surrogate,
-    done_cut_log_rho,
-    gae_with_episode_ends,
-    segment_priorities,
-    truncated_importance_weight,
-)
+from sb3_impact.ptr_ppo.ptr_ppo import REPLAY_RATIOS, segment_priorities
 from sb3_impact.ptr_ppo.sum_tree import SumTree
 
 from .test_algorithms import DictObsEnv, ImageEnv
+from .test_estimators import slow_gae, slow_rho_done, slow_rho_marg, slow_surrogate
 
 SMALL = dict(n_steps=16, batch_size=32, policy_kwargs=dict(net_arch=[16]), device="cpu")
 
@@ -218,172 +210,6 @@ def test_memory_is_fifo_and_returns_what_was_stored():
     memory.add(many)
     np.testing.assert_array_equal(memory.get(memory.filled_slots()).observations, many.observations[:, 2:])
     assert memory.overwritten == 2 + 6
-
-
-# ------------------------------------------------------------------------------------------ estimators
-
-
-def test_rho_done_is_cut_at_done_by_hand():
-    ratios = th.tensor([[2.0], [0.5], [4.0], [3.0], [0.25]])  # [T=5, B=1]
-    dones = th.tensor([[False], [True], [False], [False], [False]])
-    rho = done_cut_log_rho(ratios.log(), dones).exp().flatten()
-    # t=0: 2 * 0.5 (cut after the done at t=1); t=1: 0.5 alone; t>=2: product to the end of the segment
-    th.testing.assert_close(rho, th.tensor([1.0, 0.5, 3.0, 0.75, 0.25]))
-
-
-def slow_rho_done(ratios: np.ndarray, dones: np.ndarray) -> np.ndarray:
-    """Eq. (19) per step: pi_t/b_t * (d_t + (1 - d_t) prod_{k>t} pi_k/b_k), the product itself cut at the next done."""
-    n_steps, n_envs = ratios.shape
-    rho = np.zeros_like(ratios)
-    for b in range(n_envs):
-        for t in range(n_steps):
-            product = ratios[t, b]
-            k = t
-            while not dones[k, b] and k + 1 < n_steps:
-                k += 1
-                product *= ratios[k, b]
-            rho[t, b] = product
-    return rho
-
-
-def slow_rho_marg(rho: float, eps: float) -> float:
-    return min(1 - eps, rho) + max((rho - (1 - eps)) / rho, 0.0)
-
-
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_rho_done_and_rho_marg_against_slow_references(seed):
-    rng = np.random.default_rng(seed)
-    log_ratios = rng.normal(0.0, 0.7, size=(9, 4))
-    dones = rng.random((9, 4)) < 0.25
-    log_rho = done_cut_log_rho(th.as_tensor(log_ratios), th.as_tensor(dones))
-    np.testing.assert_allclose(log_rho.exp().numpy(), slow_rho_done(np.exp(log_ratios), dones), rtol=1e-10)
-    for eps in (0.05, 0.2, 0.6):
-        expected = np.array([slow_rho_marg(rho, eps) for rho in np.exp(log_rho.numpy()).flat]).reshape(log_rho.shape)
-        np.testing.assert_allclose(truncated_importance_weight(log_rho, eps).numpy(), expected, rtol=1e-10, atol=1e-12)
-
-
-def test_importance_weights_stay_finite_and_bounded_for_extreme_ratios():
-    log_ratios = th.tensor([[1e4, -1e4, 80.0], [200.0, -300.0, -80.0], [float("1e30"), 0.0, 80.0]], dtype=th.float32)
-    dones = th.zeros_like(log_ratios, dtype=th.bool)
-    log_rho = done_cut_log_rho(log_ratios, dones)
-    weights = truncated_importance_weight(log_rho, 0.2)
-    assert th.isfinite(log_rho).all() and th.isfinite(weights).all()
-    assert (weights >= 0).all() and (weights <= 2 - 0.2).all()
-    extremes = truncated_importance_weight(th.tensor([-1e9, 1e9, 0.0]), 0.2)
-    th.testing.assert_close(extremes, th.tensor([0.0, 1.8, 0.8 + 0.2]))
-
-
-def slow_gae(rewards, values, bootstrap, final_values, terminations, truncations, gamma, lam):
-    """Sum_k (gamma lambda)^(k-t) delta_k up to the end of the episode, with delta from eq. (11) and the bootstrap rules."""
-    n_steps, n_envs = rewards.shape
-    advantages = np.zeros_like(rewards)
-    for b in range(n_envs):
-        deltas = []
-        for t in range(n_steps):
-            if terminations[t, b]:
-                next_value = 0.0
-            elif truncations[t, b]:
-                next_value = final_values[t, b]
-            elif t + 1 < n_steps:
-                next_value = values[t + 1, b]
-            else:
-                next_value = bootstrap[b]
-            deltas.append(rewards[t, b] + gamma * next_value - values[t, b])
-        for t in range(n_steps):
-            total, k = 0.0, t
-            while True:
-                total += (gamma * lam) ** (k - t) * deltas[k]
-                if terminations[k, b] or truncations[k, b] or k + 1 == n_steps:
-                    break
-                k += 1
-            advantages[t, b] = total
-    return advantages
-
-
-def replay_gae(rewards, values, bootstrap, final_values, terminations, truncations, gamma, lam):
-    tensors = [th.as_tensor(x) for x in (rewards, values, bootstrap, final_values, terminations, truncations)]
-    rewards_t, values_t, bootstrap_t, final_t, term_t, trunc_t = tensors
-    folded, discounts = fold_truncation_bootstrap(rewards_t, term_t, trunc_t, final_t, gamma)
-    return gae_with_episode_ends(folded, values_t, bootstrap_t, discounts, lam).numpy()
-
-
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_replay_gae_against_slow_reference_with_terminations_and_truncations(seed):
-    rng = np.random.default_rng(seed)
-    shape = (12, 5)
-    truncations = rng.random(shape) < 0.15
-    terminations = (rng.random(shape) < 0.15) & ~truncations
-    args = (rng.normal(size=shape), rng.normal(size=shape), rng.normal(size=5), rng.normal(size=shape))
-    expected = slow_gae(*args, terminations, truncations, 0.97, 0.9)
-    np.testing.assert_allclose(replay_gae(*args, terminations, truncations, 0.97, 0.9), expected, rtol=1e-10, atol=1e-12)
-
-
-def test_segment_with_truncation_equals_its_two_pieces():
-    rng = np.random.default_rng(4)
-    rewards, values, final = rng.normal(size=(8, 1)), rng.normal(size=(8, 1)), rng.normal(size=(8, 1))
-    bootstrap = rng.normal(size=1)
-    truncations = np.zeros((8, 1), dtype=bool)
-    truncations[3] = True
-    no_ends = np.zeros((8, 1), dtype=bool)
-    whole = replay_gae(rewards, values, bootstrap, final, no_ends, truncations, 0.99, 0.95)
-    # first piece: steps 0-3 bootstrapped with V(final observation); second piece: steps 4-7
-    first = replay_gae(rewards[:4], values[:4], final[3], final[:4], no_ends[:4], no_ends[:4], 0.99, 0.95)
-    second = replay_gae(rewards[4:], values[4:], bootstrap, final[4:], no_ends[4:], no_ends[4:], 0.99, 0.95)
-    np.testing.assert_allclose(whole, np.concatenate([first, second]), rtol=1e-12)
-
-
-def slow_surrogate(log_pi: list[float], log_ref: list[float], advantages: list[float], eps: float) -> float:
-    """
-    Eq. (22) as a loss, one sample at a time: -mean(min(r A, clip(r, 1 - eps, 1 + eps) A)) with r = pi / pi_ref (eq. 4),
-    r formed from the log-ratio clamped to [-MAX_LOG_RATIO, MAX_LOG_RATIO] (papers README: ratios are exp(log - log)).
-    """
-    total = 0.0
-    for lp, lq, a in zip(log_pi, log_ref, advantages, strict=True):
-        r = math.exp(min(max(lp - lq, -MAX_LOG_RATIO), MAX_LOG_RATIO))
-        total += min(r * a, min(max(r, 1 - eps), 1 + eps) * a)
-    return -total / len(advantages)
-
-
-def test_clipped_surrogate_against_slow_reference_with_extreme_log_ratios():
-    # log pi, log pi_ref and A^marg by hand: inside the clip, outside on both sides with both signs of A,
-    # and log-ratios of +-80, +-1e4 (a stale snapshot or behaviour probability far from the current policy).
-    log_pi = [-0.5, -0.5, -0.1, -2.0, -0.1, -2.0, 0.0, -1e4, 0.0, -1e4, -90.0, -1.0]
-    log_ref = [-0.6, -0.4, -2.0, -0.1, -2.0, -0.1, -1e4, 0.0, -1e4, 0.0, -10.0, -91.0]
-    advantages = [1.0, -2.0, 0.5, 0.5, -0.5, -0.5, 3.0, 3.0, -3.0, -3.0, 1.5, -1.5]
-    eps = 0.2
-    log_pi_t = th.tensor(log_pi, dtype=th.float64, requires_grad=True)
-    loss, ratio = clipped_surrogate(
-        log_pi_t, th.tensor(log_ref, dtype=th.float64), th.tensor(advantages, dtype=th.float64), eps
-    )
-    assert th.isfinite(loss) and th.isfinite(ratio).all()
-    assert math.isclose(loss.item(), slow_surrogate(log_pi, log_ref, advantages, eps), rel_tol=1e-12)
-    # Where the exact (unclamped) objective is finite the clamp does not change it: r -> inf with A > 0 gives
-    # (1 + eps) A, r -> 0 gives 0 (A > 0) or (1 - eps) A (A < 0).
-    exact = {6: (1 + eps) * 3.0, 7: 0.0, 9: (1 - eps) * -3.0, 10: 0.0}
-    per_sample_loss, _ = zip(
-        *[
-            clipped_surrogate(
-                log_pi_t[i : i + 1],
-                th.tensor([log_ref[i]], dtype=th.float64),
-                th.tensor([advantages[i]], dtype=th.float64),
-                eps,
-            )
-            for i in exact
-        ],
-        strict=True,
-    )
-    for (index, value), sample_loss in zip(exact.items(), per_sample_loss, strict=True):
-        assert math.isclose(-sample_loss.item(), value, abs_tol=1e-6), index
-    loss.backward()
-    assert th.isfinite(log_pi_t.grad).all()
-    # PPO's clip: no gradient where the clipped term is the minimum, or where the log-ratio is clamped
-    for index in (2, 5, 6, 7, 8, 9, 10, 11):
-        assert log_pi_t.grad[index] == 0.0, index
-    assert log_pi_t.grad[0] != 0.0 and log_pi_t.grad[1] != 0.0
-    # float32 too (the learner's dtype)
-    loss32, ratio32 = clipped_surrogate(th.tensor(log_pi), th.tensor(log_ref), th.tensor(advantages), eps)
-    assert th.isfinite(loss32) and th.isfinite(ratio32).all()
-    assert math.isclose(loss32.item(), slow_surrogate(log_pi, log_ref, advantages, eps), rel_tol=1e-5)
 
 
 # ------------------------------------------------------------------------------------------ algorithm

@@ -31,12 +31,11 @@ from sb3_impact.common.refer import (
     is_near_policy,
     update_beta,
 )
-from sb3_impact.common.vtrace import vtrace
 from sb3_impact.vracer.memory import EpisodeReplayMemory
-from sb3_impact.vracer.retrace import retrace_q_ret, v_tbc
 from sb3_impact.vracer.vracer import refer_vracer_loss, segment_steps
 
 from .conftest import collector_processes, collector_threads
+from .test_estimators import reference_q_ret
 
 GAMMA = 0.9
 
@@ -44,109 +43,11 @@ GAMMA = 0.9
 # --- slow references, written from the paper -------------------------------------------------------
 
 
-def reference_q_ret(rewards, values, log_rhos, terminated, final_value, gamma):
-    """Eqs. 6-7 step by step, backwards; V_tbc after the last step is 0 (terminated) or V(s_T) (truncated)."""
-    q_ret = [0.0] * len(rewards)
-    v_tbc_next = 0.0 if terminated else float(final_value)
-    for t in reversed(range(len(rewards))):
-        q_ret[t] = float(rewards[t]) + gamma * v_tbc_next
-        rho_bar = 1.0 if log_rhos[t] >= 0 else math.exp(float(log_rhos[t]))  # min(1, rho) without overflow
-        v_tbc_next = float(values[t]) + rho_bar * (q_ret[t] - float(values[t]))
-    return np.array(q_ret)
-
-
 def reference_beta(beta, far_fraction_value, refer_d, eta):
     """Eq. 12."""
     if far_fraction_value > refer_d:
         return (1 - eta) * beta
     return (1 - eta) * beta + eta
-
-
-def random_episode(rng, length, extreme=False):
-    rewards = rng.normal(size=length)
-    values = rng.normal(size=length)
-    scale = 60.0 if extreme else 1.5
-    log_rhos = rng.normal(scale=scale, size=length)
-    if extreme:
-        log_rhos[rng.integers(length)] = 800.0  # exp() would overflow
-        log_rhos[rng.integers(length)] = -800.0  # exp() would underflow to 0
-    return rewards, values, log_rhos
-
-
-# --- Retrace / V-tbc ---------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("extreme", [False, True])
-def test_retrace_matches_reference_on_random_episodes(extreme):
-    rng = np.random.default_rng(0)
-    pieces = {"rewards": [], "values": [], "log_rhos": [], "is_last": [], "last_values": []}
-    expected = []
-    for episode in range(12):
-        length = int(rng.integers(1, 40))
-        rewards, values, log_rhos = random_episode(rng, length, extreme)
-        terminated = episode % 2 == 0
-        final_value = float(rng.normal()) * 5
-        expected.append(reference_q_ret(rewards, values, log_rhos, terminated, final_value, GAMMA))
-        is_last = np.zeros(length, dtype=bool)
-        is_last[-1] = True
-        last_values = np.zeros(length)
-        last_values[-1] = 0.0 if terminated else final_value
-        for key, value in zip(pieces, (rewards, values, log_rhos, is_last, last_values), strict=True):
-            pieces[key].append(value)
-    flat = {key: np.concatenate(value) for key, value in pieces.items()}
-    q_ret = retrace_q_ret(flat["rewards"], flat["values"], flat["log_rhos"], flat["is_last"], flat["last_values"], GAMMA)
-    assert np.all(np.isfinite(q_ret))
-    np.testing.assert_allclose(q_ret, np.concatenate(expected), rtol=1e-10, atol=1e-10)
-
-
-def test_retrace_episodes_processed_together_equal_separately():
-    rng = np.random.default_rng(1)
-    rewards, values, log_rhos = random_episode(rng, 30)
-    is_last = np.zeros(30, dtype=bool)
-    is_last[[9, 29]] = True  # a truncated episode of 10 steps, then a terminated one of 20
-    last_values = np.zeros(30)
-    last_values[9] = 3.0
-    together = retrace_q_ret(rewards, values, log_rhos, is_last, last_values, GAMMA)
-    first = retrace_q_ret(rewards[:10], values[:10], log_rhos[:10], is_last[:10], last_values[:10], GAMMA)
-    second = retrace_q_ret(rewards[10:], values[10:], log_rhos[10:], is_last[10:], last_values[10:], GAMMA)
-    np.testing.assert_allclose(together, np.concatenate([first, second]))
-
-
-def test_v_tbc_is_vtrace_with_weights_clipped_at_one():
-    """Section 2: V-tbc equals V-trace with rho_bar = c_bar = 1 (here against the project's V-trace)."""
-    rng = np.random.default_rng(2)
-    for terminated in (True, False):
-        rewards, values, log_rhos = random_episode(rng, 25)
-        final_value = 2.5
-        is_last = np.zeros(25, dtype=bool)
-        is_last[-1] = True
-        last_values = np.where(is_last, 0.0 if terminated else final_value, 0.0)
-        q_ret = retrace_q_ret(rewards, values, log_rhos, is_last, last_values, GAMMA)
-        ours = v_tbc(q_ret, values, log_rhos)
-        discounts = np.full(25, GAMMA)
-        if terminated:
-            discounts[-1] = 0.0
-        column = lambda x: th.as_tensor(np.asarray(x, dtype=np.float64)).unsqueeze(1)  # noqa: E731
-        vs, _ = vtrace(
-            column(np.zeros(25)),
-            column(log_rhos),
-            column(rewards),
-            column(values),
-            th.tensor([final_value], dtype=th.float64),
-            column(discounts),
-        )
-        np.testing.assert_allclose(ours, vs.squeeze(1).numpy(), rtol=1e-9, atol=1e-9)
-
-
-def test_retrace_on_policy_is_the_discounted_return():
-    rewards = np.array([1.0, 2.0, 3.0])
-    q_ret = retrace_q_ret(rewards, np.array([5.0, -5.0, 9.0]), np.zeros(3), np.array([False, False, True]), np.zeros(3), 0.5)
-    np.testing.assert_allclose(q_ret, [1 + 0.5 * 2 + 0.25 * 3, 2 + 0.5 * 3, 3])
-
-
-def test_retrace_rejects_incomplete_episode():
-    with pytest.raises(ValueError, match="is_last"):
-        retrace_q_ret(np.ones(2), np.ones(2), np.zeros(2), np.array([True, False]), np.zeros(2), GAMMA)
 
 
 # --- ReF-ER rules -----------------------------------------------------------------------------------

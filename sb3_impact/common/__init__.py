@@ -1,1 +1,4 @@
-"""Parts shared by the algorithms: V-trace, behaviour-policy storage, segments, buffers and collectors."""
+"""
+Parts shared by the algorithms: the estimators (V-trace, GAE, Retrace, importance weights), behaviour-policy
+storage, segments, training batches, rollout buffers and collectors.
+"""

@@ -7,22 +7,22 @@ from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
 import gymnasium as gym
-from gymnasium import spaces
 import numpy as np
 import torch as th
+from gymnasium import spaces
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.policies import ActorCriticCnnPolicy, ActorCriticPolicy, BasePolicy, MultiInputActorCriticPolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 
-from sb3_impact.common.segments import Segment
-
-from sb3_impact.common.buffers import BehaviourRolloutBuffer, CircularBuffer, DictBehaviourRolloutBuffer, TrainingBatch
 from sb3_impact.common.collection import OnPolicySegmentMixin
 from sb3_impact.common.collectors import Collector
 from sb3_impact.common.distributions import check_action_space
+from sb3_impact.common.estimators import MAX_RATIO, clipped_ratio, fold_truncation_bootstrap, vtrace
 from sb3_impact.common.observations import check_observation_space
-from sb3_impact.common.policy_evaluation import MAX_LOG_RATIO
-from sb3_impact.common.vtrace import fold_truncation_bootstrap, vtrace
+from sb3_impact.common.rollout_buffers import BehaviourRolloutBuffer, DictBehaviourRolloutBuffer
+from sb3_impact.common.segments import Segment
+from sb3_impact.common.training_batch import TrainingBatch
+from sb3_impact.impact.circular_buffer import CircularBuffer
 
 SelfAsyncOnPolicyAlgorithm = TypeVar("SelfAsyncOnPolicyAlgorithm", bound="AsyncOnPolicyAlgorithm")
 
@@ -270,7 +270,7 @@ class AsyncOnPolicyAlgorithm(OnPolicySegmentMixin, OnPolicyAlgorithm):
     @staticmethod
     def _behaviour_ratio(log_prob: th.Tensor, behaviour_log_prob: th.Tensor) -> th.Tensor:
         """``pi / pi_worker`` per sample, for logging (no gradient); both log-probs flat ``[N]``."""
-        return th.exp(th.clamp(log_prob.detach() - behaviour_log_prob, max=MAX_LOG_RATIO))
+        return clipped_ratio(log_prob.detach() - behaviour_log_prob, MAX_RATIO)
 
     # ------------------------------------------------------------------ logging
 

@@ -10,7 +10,6 @@ surface (``rollout_buffer``, ``collect_rollouts``) on top of it.
 """
 
 import contextlib
-import math
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar

@@ -9,11 +9,11 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
 
-from sb3_impact.common.buffers import BehaviourRecordingMixin, BehaviourRolloutBuffer, DictBehaviourRolloutBuffer
 from sb3_impact.common.collection import OnPolicySegmentMixin
 from sb3_impact.common.collectors import Collector
 from sb3_impact.common.distributions import check_action_space
 from sb3_impact.common.observations import check_observation_space
+from sb3_impact.common.rollout_buffers import BehaviourRecordingMixin, BehaviourRolloutBuffer, DictBehaviourRolloutBuffer
 from sb3_impact.common.segments import Segment
 
 SelfCollectorPPO = TypeVar("SelfCollectorPPO", bound="CollectorPPO")
@@ -28,7 +28,7 @@ class CollectorPPO(OnPolicySegmentMixin, PPO):
     collected while the learner trains, with weights broadcast after every ``train()``; each rollout's actions,
     log-probabilities and distribution parameters are the behaviour policy's, so the ratios of the loss are
     taken against the policy that acted. Either way the rollout enters a behaviour-recording rollout buffer
-    (:class:`~sb3_impact.common.buffers.BehaviourRecordingMixin`) with values, GAE and value targets from the
+    (:class:`~sb3_impact.common.rollout_buffers.BehaviourRecordingMixin`) with values, GAE and value targets from the
     learner's current value function.
     """
 

@@ -11,6 +11,8 @@ Layout of the parameter vector, per action space:
   With unsquashed gSDE the behaviour policy of a state is also a diagonal Gaussian, ``N(mean, std(s))``.
 """
 
+from typing import Protocol, runtime_checkable
+
 import numpy as np
 import torch as th
 from gymnasium import spaces
@@ -25,6 +27,23 @@ from stable_baselines3.common.distributions import (
 )
 
 SUPPORTED_ACTION_SPACES = (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary, spaces.Box)
+
+
+@runtime_checkable
+class BehaviourSamplingPolicy(Protocol):
+    """
+    A policy that samples its own behaviour step instead of going through ``get_distribution``: a collector's
+    sampler then stores what :meth:`sample_behaviour` returns and steps the environment with :meth:`env_actions`.
+    V-RACER's :class:`~sb3_impact.vracer.policies.VRACERPolicy` implements it.
+    """
+
+    def sample_behaviour(self, obs: th.Tensor) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
+        """``(actions [n, ...], log mu(a|s) [n], behaviour parameters [n, p])`` for a batch of observations."""
+        ...
+
+    def env_actions(self, actions: np.ndarray) -> np.ndarray:
+        """What the environment is stepped with, given the stored (sampled) actions."""
+        ...
 
 
 def check_action_space(action_space: spaces.Space) -> None:

@@ -18,19 +18,10 @@ from sb3_impact.common.observations import (
 )
 from sb3_impact.common.segments import Segment
 
-# exp() of a log-ratio beyond this is clamped: the PPO clip already zeroes the gradient of such samples
-# on the clipped side, and the clamp keeps the unclipped side and the logged ratios finite.
-MAX_LOG_RATIO = 20.0
-
 # Samples per forward pass when a whole stored batch is evaluated without gradient (bounds memory).
 EVALUATION_CHUNK = 4096
 
 ChunkResult = TypeVar("ChunkResult")
-
-
-def clamped_ratio(log_ratio: th.Tensor) -> th.Tensor:
-    """``exp(log_ratio)`` with the log-ratio clamped to ``[-MAX_LOG_RATIO, MAX_LOG_RATIO]`` (finite for any input)."""
-    return th.exp(th.clamp(log_ratio, -MAX_LOG_RATIO, MAX_LOG_RATIO))
 
 
 def evaluate_policy_and_values(

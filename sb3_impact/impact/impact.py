@@ -12,11 +12,12 @@ from stable_baselines3.common.utils import FloatSchedule
 from torch.nn import functional as F
 
 from sb3_impact.common.async_algorithm import AsyncOnPolicyAlgorithm
-from sb3_impact.common.buffers import TrainingBatch
 from sb3_impact.common.collectors import Collector
 from sb3_impact.common.distributions import behaviour_params, kl_from_params
+from sb3_impact.common.estimators import clipped_surrogate
 from sb3_impact.common.observations import index_observation
-from sb3_impact.common.policy_evaluation import clamped_ratio, evaluate_policy_and_values
+from sb3_impact.common.policy_evaluation import evaluate_policy_and_values
+from sb3_impact.common.training_batch import TrainingBatch
 from sb3_impact.impact.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
 SelfIMPACT = TypeVar("SelfIMPACT", bound="IMPACT")
@@ -292,9 +293,8 @@ class IMPACT(AsyncOnPolicyAlgorithm):
         behaviour_log_prob = batch.behaviour_log_probs.flatten()[select]
         target_log_prob = batch.target_log_probs.flatten()[select]
         denominator = th.maximum(target_log_prob, behaviour_log_prob - math.log(self.target_worker_clip))
-        ratio = clamped_ratio(log_prob - denominator)
         # PPO epsilon-clip on top of the IMPACT ratio (appendix E, "IMPACT target epsilon-clip").
-        policy_loss = -th.min(advantages * ratio, advantages * th.clamp(ratio, 1 - clip_range, 1 + clip_range)).mean()
+        policy_loss, ratio = clipped_surrogate(log_prob, denominator, advantages, clip_range)
         # Value loss towards the V-trace targets (Algorithm 1, line 8).
         value_loss = F.mse_loss(values, batch.value_targets[select])
         entropy_loss = -entropy.mean()

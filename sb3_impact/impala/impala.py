@@ -8,9 +8,9 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedul
 from torch.nn import functional as F
 
 from sb3_impact.common.async_algorithm import AsyncOnPolicyAlgorithm
-from sb3_impact.common.buffers import TrainingBatch
 from sb3_impact.common.collectors import Collector
 from sb3_impact.common.policy_evaluation import evaluate_policy_and_values
+from sb3_impact.common.training_batch import TrainingBatch
 from sb3_impact.impala.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
 SelfIMPALA = TypeVar("SelfIMPALA", bound="IMPALA")

@@ -12,8 +12,8 @@ import numpy as np
 import torch as th
 from stable_baselines3.common.type_aliases import DictRolloutBufferSamples, RolloutBufferSamples
 
-from sb3_impact.common.buffers import BehaviourRolloutBuffer, DictBehaviourRolloutBuffer
 from sb3_impact.common.observations import Observation, concatenate_observations
+from sb3_impact.common.rollout_buffers import BehaviourRolloutBuffer, DictBehaviourRolloutBuffer
 
 
 @dataclass

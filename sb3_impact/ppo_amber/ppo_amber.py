@@ -16,7 +16,8 @@ from torch.nn import functional as F
 from sb3_impact.common.collector_ppo import CollectorPPO
 from sb3_impact.common.collectors import Collector, collector_class
 from sb3_impact.common.distributions import kl_from_params
-from sb3_impact.common.policy_evaluation import MAX_LOG_RATIO, clamped_ratio, evaluate_in_chunks
+from sb3_impact.common.estimators import batch_average_is_weight, clamp_log_ratio, clipped_surrogate
+from sb3_impact.common.policy_evaluation import evaluate_in_chunks
 from sb3_impact.ppo_amber.memory import BatchReplayMemory, StoredBatch
 from sb3_impact.ppo_amber.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
@@ -26,17 +27,6 @@ SelfPPOAMBER = TypeVar("SelfPPOAMBER", bound="PPOAMBER")
 PAPER_LEARNING_RATE = LinearSchedule(3e-4, 0.0, 1.0)
 PAPER_CLIP_RANGE = LinearSchedule(0.4, 0.0, 1.0)
 PAPER_BATCH_DROP_FACTOR = LinearSchedule(0.25, 0.0, 1.0)
-
-
-def batch_average_is_weight(log_prob: th.Tensor, behaviour_log_prob: th.Tensor) -> float:
-    """
-    R' of one stored batch, eq. (10): ``mean_n (1 + |1 - pi(a_n|s_n) / mu(a_n|s_n)|)``.
-
-    The ratio is formed in log space and its logarithm clamped to ``[-MAX_LOG_RATIO, MAX_LOG_RATIO]``
-    before ``exp``, so that R' stays finite for any pair of policies.
-    """
-    log_ratio = th.clamp(log_prob.double() - behaviour_log_prob.double(), -MAX_LOG_RATIO, MAX_LOG_RATIO)
-    return float((1.0 + th.abs(1.0 - th.exp(log_ratio))).mean())
 
 
 def select_active_batches(replay_ratios: Sequence[float], batch_drop_factor: float, adaptive: bool = True) -> list[int]:
@@ -304,12 +294,8 @@ class PPOAMBER(CollectorPPO):
 
                 # IS weight pi / mu against each sample's stored behaviour probability (eq. 7), in log space.
                 log_ratio = log_prob - rollout_data.old_log_prob
-                ratio = clamped_ratio(log_ratio)
-
                 # Clipped surrogate, eq. (3) / (7).
-                policy_loss_1 = advantages * ratio
-                policy_loss_2 = advantages * th.clamp(ratio, 1 - clip_range, 1 + clip_range)
-                policy_loss = -th.min(policy_loss_1, policy_loss_2).mean()
+                policy_loss, ratio = clipped_surrogate(log_prob, rollout_data.old_log_prob, advantages, clip_range)
 
                 pg_losses.append(policy_loss.item())
                 is_ratio_means.append(ratio.mean().item())
@@ -337,7 +323,7 @@ class PPOAMBER(CollectorPPO):
                 loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
 
                 with th.no_grad():
-                    approx_kl_div = th.mean((ratio - 1) - th.clamp(log_ratio, -MAX_LOG_RATIO, MAX_LOG_RATIO)).cpu().numpy()
+                    approx_kl_div = th.mean((ratio - 1) - clamp_log_ratio(log_ratio)).cpu().numpy()
                     approx_kl_divs.append(approx_kl_div)
 
                 if self.target_kl is not None and approx_kl_div > 1.5 * self.target_kl:

@@ -8,19 +8,21 @@ import torch as th
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 
-from sb3_impact.common.buffers import TrainingBatch
 from sb3_impact.common.collector_ppo import CollectorPPO
 from sb3_impact.common.collectors import Collector
 from sb3_impact.common.distributions import kl_from_params
-from sb3_impact.common.observations import index_observation
-from sb3_impact.common.policy_evaluation import (
-    MAX_LOG_RATIO,
+from sb3_impact.common.estimators import (
     clamped_ratio,
-    evaluate_in_chunks,
-    evaluate_policy_and_values,
+    clipped_surrogate,
+    done_cut_log_rho,
+    fold_truncation_bootstrap,
+    gae_with_episode_ends,
+    truncated_importance_weight,
 )
+from sb3_impact.common.observations import index_observation
+from sb3_impact.common.policy_evaluation import evaluate_in_chunks, evaluate_policy_and_values
 from sb3_impact.common.segments import Segment
-from sb3_impact.common.vtrace import fold_truncation_bootstrap, vtrace
+from sb3_impact.common.training_batch import TrainingBatch
 from sb3_impact.ptr_ppo.memory import TrajectoryMemory
 from sb3_impact.ptr_ppo.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
@@ -31,73 +33,6 @@ PRIORITIES = ("max", "mean", "reward")
 # b, the policy backed up before the fresh update (Algorithm 1, line 16) or the policy backed up at the start
 # of each replay round (Algorithm 1, line 22). See PTRPPO's ``replay_ratio``.
 REPLAY_RATIOS = ("behaviour", "old_policy", "round_policy")
-
-
-def done_cut_log_rho(log_ratios: th.Tensor, dones: th.Tensor) -> th.Tensor:
-    """
-    ``log rho^done_t`` of eq. (19), time-major ``[T, B]``: the product of the per-step ratios ``pi / b`` from
-    step ``t`` to the end of the segment, cut after the first step at or after ``t`` that ends an episode:
-    ``rho^done_t = (pi_t / b_t) * [d_t + (1 - d_t) rho^done_{t+1}]`` with ``rho^done_T = 1``.
-
-    :param log_ratios: ``log pi(a_t|s_t) - log b(a_t|s_t)``, clamped to ``[-MAX_LOG_RATIO, MAX_LOG_RATIO]``
-        here so that the sum stays finite
-    :param dones: episode ends (terminated or truncated) at step ``t``
-    """
-    log_ratios = th.clamp(log_ratios, -MAX_LOG_RATIO, MAX_LOG_RATIO)
-    log_rho = th.empty_like(log_ratios)
-    accumulator = th.zeros_like(log_ratios[0])
-    for t in range(log_ratios.shape[0] - 1, -1, -1):
-        accumulator = log_ratios[t] + th.where(dones[t], th.zeros_like(accumulator), accumulator)
-        log_rho[t] = accumulator
-    return log_rho
-
-
-def truncated_importance_weight(log_rho: th.Tensor, eps_marg: float) -> th.Tensor:
-    """
-    ``rho^marg`` of eq. (20), as written: ``min(1 - eps, rho) + [(rho - (1 - eps)) / rho]_+``.
-
-    Equal to ``rho`` up to ``1 - eps``, then ``2 - eps - (1 - eps) / rho``: continuous, increasing and
-    below ``2 - eps``. Computed from ``log rho`` without exponentiating a large number.
-    """
-    log_bound = math.log(1.0 - eps_marg)
-    capped = th.exp(th.clamp(log_rho, max=log_bound))
-    # (rho - c) / rho = 1 - c / rho, positive only where log rho > log c: clamp below to keep exp finite.
-    correction = th.clamp(1.0 - (1.0 - eps_marg) * th.exp(-th.clamp(log_rho, min=log_bound)), min=0.0)
-    return capped + correction
-
-
-def gae_with_episode_ends(
-    rewards: th.Tensor, values: th.Tensor, bootstrap_values: th.Tensor, discounts: th.Tensor, gae_lambda: float
-) -> th.Tensor:
-    """
-    ``A^done_t`` of eq. (18) with the discount and lambda of eq. (10): ``A_t = delta_t + discount_t lambda A_{t+1}``,
-    ``delta_t = r_t + discount_t V(s_{t+1}) - V(s_t)``, time-major ``[T, B]``, ``V(s_T) = bootstrap_values``.
-
-    ``discounts`` is ``gamma`` or 0 where an episode ended at ``t`` (see
-    :func:`sb3_impact.common.vtrace.fold_truncation_bootstrap`, which also folds the time-limit bootstrap
-    ``gamma V(final observation)`` into ``rewards``), so the trace is cut at every episode end. This is
-    V-trace with ``pi = mu`` (every ratio 1, ``c_t = lambda``): ``v_t - V(s_t)`` of :func:`vtrace`.
-    """
-    on_policy = th.zeros_like(values)
-    vs, _ = vtrace(on_policy, on_policy, rewards, values, bootstrap_values, discounts, lambda_=gae_lambda)
-    return vs - values
-
-
-def clipped_surrogate(
-    log_prob: th.Tensor, reference_log_prob: th.Tensor, advantages: th.Tensor, clip_range: float
-) -> tuple[th.Tensor, th.Tensor]:
-    """
-    Eq. (22), as a loss: ``-mean(min(r_t A_t, clip(r_t, 1 - eps, 1 + eps) A_t))`` with
-    ``r_t = exp(log pi_theta - log pi_ref)`` (eq. 4), the log-ratio clamped to ``[-MAX_LOG_RATIO, MAX_LOG_RATIO]``
-    so that ``r_t`` stays finite for any input. Returns the loss and the ratios ``r_t``.
-
-    :param log_prob: ``log pi_theta(a_t|s_t)`` of the network being trained (with gradient)
-    :param reference_log_prob: the ratio's denominator, ``log b`` or ``log pi_old`` (no gradient)
-    :param advantages: ``A^marg_t`` (eq. 21), normalised or not by the caller
-    """
-    ratio = clamped_ratio(log_prob - reference_log_prob)
-    loss = -th.min(advantages * ratio, advantages * th.clamp(ratio, 1 - clip_range, 1 + clip_range)).mean()
-    return loss, ratio
 
 
 def segment_priorities(advantages: th.Tensor, priority: str) -> np.ndarray:
@@ -116,8 +51,8 @@ class PTRPPO(CollectorPPO):
 
     Paper: https://arxiv.org/abs/2112.03798 (section 4, Algorithm 1). Rollouts come from a collector
     (:class:`~sb3_impact.common.collector_ppo.CollectorPPO`: synchronous by default, asynchronous with
-    ``collector="thread"``, ``"process"`` or ``"ray"``). Every iteration is an SB3 PPO update (``n_epochs`` epochs) on the fresh
-    rollout; then the rollout's ``n_envs`` segments (one environment's
+    ``collector="thread"``, ``"process"`` or ``"ray"``). Every iteration is an SB3 PPO update (``n_epochs``
+    epochs) on the fresh rollout; then the rollout's ``n_envs`` segments (one environment's
     ``n_steps`` steps each) enter a FIFO priority memory of ``memory_size`` segments, and ``replay_rounds``
     rounds follow. Each round samples ``replay_batch`` segments with probability ``p^alpha / sum p^alpha``,
     scores them with the current network (GAE cut at episode ends, eq. 18; done-cut importance product,

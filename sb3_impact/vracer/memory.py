@@ -8,7 +8,7 @@ step); until then its steps wait in a per-environment staging list. When an epis
 the oldest whole episodes are evicted first (FIFO by episode). Sampling is uniform over the stored
 steps. Each step keeps the behaviour ``mu_t`` (mean and log std, the layout of
 :mod:`sb3_impact.common.distributions`), the last computed ``V(s_t)`` and ``log rho_t``, and
-``Q_ret[t]`` (:mod:`sb3_impact.vracer.retrace`).
+``Q_ret[t]`` (:func:`sb3_impact.common.estimators.retrace_q_ret`).
 
 Retrace bookkeeping (the project's decision, documented in docs/algorithms/vracer.md):
 
@@ -29,9 +29,9 @@ import numpy as np
 from gymnasium import spaces
 
 from sb3_impact.common.distributions import behaviour_params_dim
+from sb3_impact.common.estimators import retrace_q_ret, v_tbc
 from sb3_impact.common.observations import Observation
 from sb3_impact.common.refer import far_fraction
-from sb3_impact.vracer.retrace import retrace_q_ret, rho_bar_from_log
 
 
 @dataclass
@@ -249,8 +249,8 @@ class EpisodeReplayMemory:
         self.log_rhos[slots] = log_rhos
         inner = slots[~self.is_first[slots]]
         previous = (inner - 1) % self.capacity
-        v_tbc = self.values[inner] + rho_bar_from_log(self.log_rhos[inner]) * (self.q_ret[inner] - self.values[inner])
-        self.q_ret[previous] = self.rewards[previous] / self.reward_scale + self.gamma * v_tbc
+        v_tbc_inner = v_tbc(self.q_ret[inner], self.values[inner], self.log_rhos[inner])  # eq. 7
+        self.q_ret[previous] = self.rewards[previous] / self.reward_scale + self.gamma * v_tbc_inner
 
     def truncated_episode_ends(self) -> tuple[np.ndarray, list[Any]]:
         """Last slots and final observations ``s_T`` of the stored truncated episodes."""

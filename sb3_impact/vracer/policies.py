@@ -89,6 +89,10 @@ class VRACERPolicy(BasePolicy):
     """
     One network: features -> shared MLP -> ``V(s)`` and Gaussian mean; a state-independent diagonal variance.
 
+    Implements :class:`~sb3_impact.common.distributions.BehaviourSamplingPolicy` (:meth:`sample_behaviour`,
+    :meth:`env_actions`): a collector's sampler stores the unclipped Gaussian samples and their log-probability,
+    and steps the environment with the clipped, unscaled actions.
+
     :param observation_space: Observation space
     :param action_space: Action space (Box)
     :param lr_schedule: Learning rate schedule (its value at progress 1 sets the optimizer's initial rate)

@@ -1,9 +1,7 @@
 """V-RACER with Remember-and-Forget Experience Replay (Novati & Koumoutsakos, ICML 2019)."""
 
 import io
-import math
 import pathlib
-import warnings
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
@@ -11,9 +9,7 @@ import gymnasium as gym
 import numpy as np
 import torch as th
 from gymnasium import spaces
-from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.callbacks import BaseCallback
-from stable_baselines3.common.noise import ActionNoise
 from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.save_util import load_from_pkl
@@ -22,9 +18,9 @@ from stable_baselines3.common.utils import obs_as_tensor, update_learning_rate
 
 from sb3_impact.common.collection import SegmentLoopMixin
 from sb3_impact.common.collectors import Collector
+from sb3_impact.common.estimators import clipped_ratio
 from sb3_impact.common.observations import (
     Observation,
-    check_finite_step,
     check_observation_space,
     index_observation,
     map_observation,
@@ -102,13 +98,13 @@ def refer_vracer_loss(
     log_rhos = (log_pi - log_mu).detach()
     if 1 in refer_rules:  # rule 1: far-policy samples give no policy and no value gradient
         near = is_near_policy(log_rhos, c_max).to(values.dtype)
-        rhos = th.exp(th.clamp(log_rhos, max=math.log(c_max)))  # unchanged where near
+        rhos = clipped_ratio(log_rhos, c_max)  # unchanged where near
     else:
         near = th.ones_like(log_rhos)
-        rhos = th.exp(th.clamp(log_rhos, max=math.log(UNBOUNDED_RHO_CLIP)))
+        rhos = clipped_ratio(log_rhos, UNBOUNDED_RHO_CLIP)
     if 2 not in refer_rules:
         beta = 1.0
-    rho_bars = th.exp(th.clamp(log_rhos, max=0.0))
+    rho_bars = clipped_ratio(log_rhos, 1.0)  # rho_bar = min(1, rho), eq. 7
     advantages = q_ret - values.detach()
     v_tbc = values.detach() + rho_bars * advantages  # eq. 7
     policy_losses = -rhos * advantages * log_pi  # its gradient is that of eq. 5, -rho (Q_ret - V)
@@ -121,7 +117,7 @@ def refer_vracer_loss(
         "policy_gradient_loss": (near * -(rhos * advantages)).mean().detach(),
         "value_loss": (near * value_losses).mean().detach(),
         "kl_mu_pi": kl.mean().detach(),
-        "is_ratio_mean": th.exp(th.clamp(log_rhos, max=math.log(UNBOUNDED_RHO_CLIP))).mean(),
+        "is_ratio_mean": clipped_ratio(log_rhos, UNBOUNDED_RHO_CLIP).mean(),
         "batch_near_fraction": near.mean(),
     }
     return loss, parts

@@ -1,7 +1,6 @@
 """The collector interface and the synchronous collector (collect, then train, in the learner's thread)."""
 
 import os
-import time
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
@@ -55,7 +54,8 @@ class Collector(ABC):
 
     @classmethod
     def check_options(cls, **options: Any) -> None:
-        """Raise ``ValueError``/``TypeError`` naming the option if ``options`` cannot build this collector."""
+        """Raise ``ValueError``/``TypeError`` naming the option if ``options`` cannot build this collector (none: any)."""
+        return None
 
     @property
     def segment_size(self) -> int:

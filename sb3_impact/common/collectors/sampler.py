@@ -11,7 +11,7 @@ from gymnasium import spaces
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.vec_env import VecEnv, unwrap_vec_normalize
 
-from sb3_impact.common.distributions import behaviour_params
+from sb3_impact.common.distributions import BehaviourSamplingPolicy, behaviour_params
 from sb3_impact.common.observations import Observation, check_finite_step, stack_observations
 from sb3_impact.common.segments import Segment
 
@@ -64,7 +64,7 @@ class SegmentSampler:
     @th.no_grad()
     def _act(self, observation: Observation) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         obs_tensor, _ = self.policy.obs_to_tensor(observation)
-        if hasattr(self.policy, "sample_behaviour"):
+        if isinstance(self.policy, BehaviourSamplingPolicy):
             actions, log_probs, params = self.policy.sample_behaviour(obs_tensor)
         else:
             distribution = self.policy.get_distribution(obs_tensor)
@@ -75,7 +75,7 @@ class SegmentSampler:
 
     def _env_actions(self, actions: np.ndarray) -> np.ndarray:
         """What the env is stepped with: the stored action is the sampled one (its log-prob is the behaviour's)."""
-        if hasattr(self.policy, "env_actions"):
+        if isinstance(self.policy, BehaviourSamplingPolicy):
             return self.policy.env_actions(actions)
         if self._clip_low is not None:
             return np.clip(actions, self._clip_low, self._clip_high)
