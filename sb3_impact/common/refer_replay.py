@@ -262,7 +262,8 @@ class ReFERMixin(ABC):
     def _sample_action(self, learning_starts: int, action_noise: Any = None, n_envs: int = 1) -> tuple[np.ndarray, np.ndarray]:
         actions, buffer_actions = super()._sample_action(learning_starts, action_noise, n_envs)  # type: ignore[misc]
         warm_up = self.num_timesteps < learning_starts
-        self.replay_buffer.stage_behaviour(*self._behaviour(buffer_actions, warm_up), from_policy=not warm_up)
+        flat_actions = buffer_actions.reshape(len(buffer_actions), -1)  # the policy's Gaussian is over the flat action
+        self.replay_buffer.stage_behaviour(*self._behaviour(flat_actions, warm_up), from_policy=not warm_up)
         return actions, buffer_actions
 
     def _store_transition(

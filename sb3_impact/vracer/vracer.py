@@ -276,10 +276,10 @@ class VRACER(CollectorMixin, OffPolicyAlgorithm):
         )
         if env is not None:
             check_observation_space(self.observation_space)
-        if env is not None and not (isinstance(self.action_space, spaces.Box) and len(self.action_space.shape) == 1):
+        if env is not None and not isinstance(self.action_space, spaces.Box):
             raise ValueError(
-                f"Unsupported action space {self.action_space}: V-RACER needs a one-dimensional Box action space "
-                "(its policy is a diagonal Gaussian)"
+                f"Unsupported action space {self.action_space}: V-RACER needs a Box action space "
+                "(its policy is a diagonal Gaussian over the flattened action)"
             )
         self.refer_c = refer_c
         self.refer_a = refer_a

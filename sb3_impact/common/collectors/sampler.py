@@ -24,9 +24,10 @@ class SegmentSampler:
 
     It keeps the last observation between segments, so consecutive segments are contiguous, and stores
     the behaviour log-probability and distribution parameters of every action. An SB3
-    ``ActorCriticPolicy`` is sampled through its distribution, and Box actions are clipped to the
-    action space before the env sees them; a policy with its own ``sample_behaviour(obs_tensor)``
-    (``actions, log_probs, params``) and ``env_actions(actions)`` (V-RACER's) is sampled through those.
+    ``ActorCriticPolicy`` is sampled through its distribution (flat actions, as SB3's), and Box actions are
+    reshaped to the action space's shape and clipped to it before the env sees them; a policy with its own
+    ``sample_behaviour(obs_tensor)`` (``actions, log_probs, params``) and ``env_actions(actions)`` (V-RACER's)
+    is sampled through those.
     A NaN or infinite observation or reward raises ``ValueError`` naming the environment index.
     """
 
@@ -41,8 +42,10 @@ class SegmentSampler:
         self.sde_sample_freq = -1
         self._clip_low: np.ndarray | None = None
         self._clip_high: np.ndarray | None = None
+        self._action_shape: tuple[int, ...] = ()
         if isinstance(env.action_space, spaces.Box):
             self._clip_low, self._clip_high = env.action_space.low, env.action_space.high
+            self._action_shape = env.action_space.shape
 
     def load_weights(self, state_dict: dict[str, th.Tensor], version: int) -> None:
         """Replace the sampling policy's weights by a learner broadcast."""
@@ -65,8 +68,8 @@ class SegmentSampler:
         """What the env is stepped with: the stored action is the sampled one (its log-prob is the behaviour's)."""
         if hasattr(self.policy, "env_actions"):
             return self.policy.env_actions(actions)
-        if self._clip_low is not None:
-            return np.clip(actions, self._clip_low, self._clip_high)
+        if self._clip_low is not None:  # SB3's policies sample flat Box actions: the env takes its own shape
+            return np.clip(actions.reshape((-1, *self._action_shape)), self._clip_low, self._clip_high)
         return actions
 
     def collect(self, stop_event: threading.Event | None = None) -> Segment:

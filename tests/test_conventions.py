@@ -1,0 +1,70 @@
+"""
+SB3's conventions, each checked on every algorithm it concerns: Box actions of any shape, adding to the
+replay buffer from outside learn(), eval-mode targets with BatchNorm/Dropout features extractors, load()
+with the constructor's arguments, and a clear error for a NaN final observation.
+"""
+
+import copy
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.vec_env import DummyVecEnv
+
+from sb3_impact import IMPACT, IMPALA, PPOAMBER, PTRPPO, VRACER, SACReFER, TD3ReFER
+
+OFF_POLICY_SMALL = dict(learning_starts=32, buffer_size=512, batch_size=16, policy_kwargs=dict(net_arch=[16]))
+SMALL = {
+    IMPACT: dict(n_steps=16, policy_kwargs=dict(net_arch=[16])),
+    IMPALA: dict(n_steps=16, policy_kwargs=dict(net_arch=[16])),
+    PPOAMBER: dict(n_steps=16, batch_size=16, n_epochs=2, replay_length=2, policy_kwargs=dict(net_arch=[16])),
+    PTRPPO: dict(n_steps=16, batch_size=16, n_epochs=1, replay_rounds=1, memory_size=8, policy_kwargs=dict(net_arch=[16])),
+    VRACER: dict(learning_starts=32, buffer_size=512, batch_size=16, train_freq=4, policy_kwargs=dict(net_arch=[16])),
+    SACReFER: OFF_POLICY_SMALL,
+    TD3ReFER: OFF_POLICY_SMALL,
+}
+ALGOS = list(SMALL)
+ALGO_IDS = [algo.__name__ for algo in ALGOS]
+ON_POLICY = [IMPACT, IMPALA, PPOAMBER, PTRPPO]
+
+
+def small(algo, **kwargs):
+    return {**copy.deepcopy(SMALL[algo]), "device": "cpu", **kwargs}  # SB3's SAC writes into policy_kwargs
+
+
+class MatrixActionEnv(gym.Env):
+    """Box(-1, 1, (2, 2)) actions; asserts the env is stepped with that shape. Episodes truncate after 10 steps."""
+
+    observation_space = spaces.Box(-1.0, 1.0, shape=(3,), dtype=np.float32)
+    action_space = spaces.Box(-1.0, 1.0, shape=(2, 2), dtype=np.float32)
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.steps = 0
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        assert np.shape(action) == (2, 2), f"stepped with an action of shape {np.shape(action)}"
+        assert self.action_space.contains(np.asarray(action, dtype=np.float32))
+        self.steps += 1
+        return self.observation_space.sample(), -float(np.sum(np.square(action))), False, self.steps >= 10, {}
+
+
+# ----------------------------------------------------------------------------------------- 1. Box actions of any shape
+
+
+@pytest.mark.parametrize("algo", ALGOS, ids=ALGO_IDS)
+def test_box_actions_of_any_shape_train_and_predict_in_that_shape(algo):
+    env = DummyVecEnv([MatrixActionEnv, MatrixActionEnv])
+    model = algo("MlpPolicy", env, seed=0, **small(algo)).learn(128)
+    assert model.num_timesteps >= 128
+    assert all(th.isfinite(parameter).all() for parameter in model.policy.parameters())
+    actions, _ = model.predict(np.zeros((5, 3), dtype=np.float32))
+    assert actions.shape == (5, 2, 2)
+    action, _ = model.predict(np.zeros(3, dtype=np.float32), deterministic=True)
+    assert action.shape == (2, 2)
