@@ -68,3 +68,41 @@ def test_box_actions_of_any_shape_train_and_predict_in_that_shape(algo):
     assert actions.shape == (5, 2, 2)
     action, _ = model.predict(np.zeros(3, dtype=np.float32), deterministic=True)
     assert action.shape == (2, 2)
+
+
+# ----------------------------------------------------------------------------------------- 2. replay_buffer.add / extend
+
+
+@pytest.mark.parametrize("how", ["add", "extend"])
+@pytest.mark.parametrize("algo", [SACReFER, TD3ReFER], ids=["SACReFER", "TD3ReFER"])
+def test_replay_buffer_add_and_extend_from_outside_learn_get_the_uniform_behaviour(algo, how):
+    """Demonstrations added as SAC users add them: the warm-up's uniform density, no KL penalty; learn() trains on them."""
+    model = algo("MlpPolicy", "Pendulum-v1", seed=0, **small(algo))
+    buffer = model.replay_buffer
+    rng = np.random.default_rng(0)
+    n = 40
+    obs = rng.uniform(-1, 1, size=(n, 1, 3)).astype(np.float32)
+    next_obs = rng.uniform(-1, 1, size=(n, 1, 3)).astype(np.float32)
+    actions = rng.uniform(-1, 1, size=(n, 1, 1)).astype(np.float32)  # scaled to [-1, 1], as SB3's buffers store them
+    rewards, dones = rng.normal(size=(n, 1)).astype(np.float32), np.zeros((n, 1), dtype=np.float32)
+    infos = [[{}] for _ in range(n)]
+    if how == "add":
+        for i in range(n):
+            buffer.add(obs[i], next_obs[i], actions[i], rewards[i], dones[i], infos[i])
+    else:
+        buffer.extend(obs, next_obs, actions, rewards, dones, infos)
+    assert buffer.size() == n
+    np.testing.assert_allclose(buffer.actions[:n, 0], actions[:, 0])
+    assert np.all(buffer.behaviour_from_policy[:n] == 0)  # left out of the KL penalty, as warm-up steps
+    if algo is SACReFER:  # the uniform density of u = atanh(a)
+        a = actions[:, 0, 0].astype(np.float64)
+        np.testing.assert_allclose(buffer.behaviour_points[:n, 0, 0], np.arctanh(a), rtol=1e-5)
+        np.testing.assert_allclose(buffer.behaviour_log_prob[:n, 0], np.log((1 - a**2) / 2), rtol=1e-4)
+    else:  # uniform on [-1, 1]: density 1/2
+        np.testing.assert_allclose(buffer.behaviour_points[:n, 0], actions[:, 0])
+        np.testing.assert_allclose(buffer.behaviour_log_prob[:n, 0], np.log(0.5), rtol=1e-6)
+    model.learn(64, reset_num_timesteps=False)  # samples the added steps with the collected ones
+    assert model._n_updates > 0
+    assert buffer.size() == n + 64
+    assert np.all(buffer.behaviour_from_policy[n + model.learning_starts : n + 64] == 1)
+    assert all(th.isfinite(parameter).all() for parameter in model.policy.parameters())

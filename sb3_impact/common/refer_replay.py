@@ -76,7 +76,16 @@ class ReFERReplayBuffer(ReplayBuffer):
     ``_store_transition`` calls :meth:`add`. The memory's far-policy count (rule 2's ``n_far``) is kept up to
     date as steps are added, overwritten and re-evaluated, each classified with the ``c_max`` of its last
     evaluation (section 3: "we store for each step its most recent rho").
+
+    Transitions added from outside ``learn()`` (``add``/``extend`` without a staged behaviour, e.g.
+    demonstrations, as SAC users add them) get the warm-up's behaviour: the uniform density on ``[-1, 1]^d`` of
+    the (scaled, as SB3's buffers store them) action, mapped through tanh for SAC, and no KL penalty
+    (``behaviour_from_policy = 0``). Rule 1 then applies to them as to warm-up steps: ``rho = pi / uniform``.
+    ``point_coordinates`` tells the coordinates (``"pre_tanh"`` for SAC, ``"action"`` for TD3); SACReFER and
+    TD3ReFER set it. A buffer built on its own (``None``) refuses an unstaged :meth:`add`.
     """
+
+    point_coordinates: str | None = None  # the class default; see the docstring
 
     def __init__(
         self,
@@ -125,12 +134,25 @@ class ReFERReplayBuffer(ReplayBuffer):
             np.full((n,), float(from_policy), dtype=np.float32),
         )
 
-    def add(self, *args: Any, **kwargs: Any) -> None:
-        if self._staged is None:
+    def stage_uniform_behaviour(self, actions: np.ndarray) -> None:
+        """Stage the warm-up's uniform behaviour for ``actions`` (in ``[-1, 1]``), as an external :meth:`add` gets."""
+        flat = np.asarray(actions, dtype=np.float32).reshape(self.n_envs, self.action_dim)
+        zeros = np.zeros_like(flat)
+        if self.point_coordinates == "pre_tanh":
+            points = np.arctanh(np.clip(flat.astype(np.float64), -ATANH_BOUND, ATANH_BOUND))
+            self.stage_behaviour(points, zeros, zeros, uniform_log_prob_pre_tanh(flat), from_policy=False)
+        elif self.point_coordinates == "action":
+            log_prob = np.full(self.n_envs, -self.action_dim * LOG_2)
+            self.stage_behaviour(flat, zeros, zeros, log_prob, from_policy=False)
+        else:
             raise RuntimeError(
-                "ReFERReplayBuffer.add needs the behaviour of the step: stage_behaviour() first "
-                "(SACReFER and TD3ReFER do this for you)"
+                "ReFERReplayBuffer.add needs the behaviour of the step: stage_behaviour() first, or set "
+                "point_coordinates to 'pre_tanh' (SAC) or 'action' (TD3); SACReFER and TD3ReFER do this for you"
             )
+
+    def add(self, *args: Any, **kwargs: Any) -> None:
+        if self._staged is None:  # added from outside learn(): the warm-up's uniform behaviour
+            self.stage_uniform_behaviour(args[2] if len(args) > 2 else kwargs["action"])
         pos = self.pos
         self.n_far -= int(np.count_nonzero(self.far[pos]))  # the steps this one overwrites
         self.far[pos] = False
@@ -217,6 +239,8 @@ class ReFERMixin(ABC):
     """
 
     refused_arguments: ClassVar[dict[str, Any]] = {}
+    # The coordinates of the stored behaviour points: "pre_tanh" (SAC) or "action" (TD3); see ReFERReplayBuffer.
+    point_coordinates: ClassVar[str]
     replay_buffer: ReFERReplayBuffer
     num_timesteps: int
     learning_starts: int
@@ -243,6 +267,11 @@ class ReFERMixin(ABC):
     def _setup_model(self) -> None:
         self.refer_rules = check_refer_rules(self.refer_rules)  # a list after a JSON round trip (load)
         super()._setup_model()  # type: ignore[misc]
+        self.replay_buffer.point_coordinates = self.point_coordinates
+
+    def load_replay_buffer(self, *args: Any, **kwargs: Any) -> None:
+        super().load_replay_buffer(*args, **kwargs)  # type: ignore[misc]
+        self.replay_buffer.point_coordinates = self.point_coordinates
 
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "_refer_stats"]  # type: ignore[misc]

@@ -55,6 +55,7 @@ class TD3ReFER(ReFERMixin, TD3):
     }
     policy: TD3Policy
     replay_buffer: ReFERReplayBuffer
+    point_coordinates: ClassVar[str] = "action"
     refused_arguments: ClassVar[dict[str, Any]] = {"n_steps": 1}
 
     def _setup_model(self) -> None:
