@@ -11,9 +11,13 @@ import numpy as np
 import pytest
 import torch as th
 from gymnasium import spaces
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from stable_baselines3.common.vec_env import DummyVecEnv
+from torch import nn
 
 from sb3_impact import IMPACT, IMPALA, PPOAMBER, PTRPPO, VRACER, SACReFER, TD3ReFER
+from sb3_impact.common.buffers import TrainingBatch
+from sb3_impact.common.collectors.sampler import SegmentSampler
 
 OFF_POLICY_SMALL = dict(learning_starts=32, buffer_size=512, batch_size=16, policy_kwargs=dict(net_arch=[16]))
 SMALL = {
@@ -106,3 +110,64 @@ def test_replay_buffer_add_and_extend_from_outside_learn_get_the_uniform_behavio
     assert buffer.size() == n + 64
     assert np.all(buffer.behaviour_from_policy[n + model.learning_starts : n + 64] == 1)
     assert all(th.isfinite(parameter).all() for parameter in model.policy.parameters())
+
+
+# ----------------------------------------------------------------------------------------- 3. targets in evaluation mode
+
+
+class BatchNormDropoutExtractor(BaseFeaturesExtractor):
+    """A features extractor whose output depends on the mode: BatchNorm1d (batch statistics) and Dropout."""
+
+    def __init__(self, observation_space: spaces.Box, features_dim: int = 8) -> None:
+        super().__init__(observation_space, features_dim)
+        n_input = int(np.prod(observation_space.shape))
+        self.net = nn.Sequential(
+            nn.Flatten(), nn.Linear(n_input, features_dim), nn.BatchNorm1d(features_dim), nn.ReLU(), nn.Dropout(0.5)
+        )
+
+    def forward(self, observations: th.Tensor) -> th.Tensor:
+        return self.net(observations)
+
+
+def with_batch_norm(algo, **kwargs):
+    settings = small(algo, **kwargs)
+    settings["policy_kwargs"] = {**settings["policy_kwargs"], "features_extractor_class": BatchNormDropoutExtractor}
+    return settings
+
+
+@pytest.mark.parametrize("algo", ALGOS, ids=ALGO_IDS)
+def test_batch_norm_and_dropout_features_extractor_learns_with_one_env_and_targets_in_eval_mode(algo):
+    """Every value computed without gradient (targets, bootstraps) on the learner's policy is in evaluation mode."""
+    model = algo("MlpPolicy", DummyVecEnv([lambda: gym.make("Pendulum-v1")]), seed=0, **with_batch_norm(algo))
+    modes_without_grad: list[bool] = []
+    value_net = getattr(model.policy, "value_net", None)
+    if value_net is not None:  # the actor-critics here (SAC's and TD3's targets are SB3's own)
+        value_net.register_forward_hook(
+            lambda module, inputs, output: modes_without_grad.append(module.training) if not th.is_grad_enabled() else None
+        )
+    model.learn(200)  # Pendulum truncates at 200: one time-limit bootstrap at least
+    assert all(th.isfinite(parameter).all() for parameter in model.policy.parameters())
+    if algo is IMPACT:  # its targets come from the target network, a copy kept in evaluation mode
+        assert model._target_policy is not None and not model._target_policy.training
+    elif value_net is not None:
+        assert modes_without_grad
+    assert not any(modes_without_grad)
+
+
+@pytest.mark.parametrize("algo", [IMPALA, IMPACT], ids=["IMPALA", "IMPACT"])
+def test_vtrace_targets_of_a_training_policy_equal_those_in_eval_mode(algo):
+    env = DummyVecEnv([lambda: gym.make("Pendulum-v1")])
+    model = algo("MlpPolicy", env, seed=0, **with_batch_norm(algo)).learn(32)
+    sampler = SegmentSampler(env, model._make_policy_copy("cpu"), 16, env.reset())
+    batch = TrainingBatch.from_segment(sampler.collect(), model.device)
+    with th.no_grad():
+        target_log_probs = batch.behaviour_log_probs.flatten()
+        model.policy.set_training_mode(True)
+        train_values = model.policy.predict_values(batch.observations).flatten()  # (updates BatchNorm's statistics)
+        targets, _ = model._vtrace_targets(batch, train_values, target_log_probs, model.policy)
+        assert model.policy.training  # restored
+        model.policy.set_training_mode(False)
+        eval_values = model.policy.predict_values(batch.observations).flatten()
+        assert not th.allclose(train_values, eval_values)  # dropout and batch statistics are at work
+        expected, _ = model._vtrace_targets(batch, eval_values, target_log_probs, model.policy)
+    th.testing.assert_close(targets, expected)

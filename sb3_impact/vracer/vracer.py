@@ -21,6 +21,7 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedul
 from stable_baselines3.common.utils import obs_as_tensor, update_learning_rate
 
 from sb3_impact.common.collection import CollectorMixin
+from sb3_impact.common.modes import evaluation_mode, has_mode_dependent_layers
 from sb3_impact.common.observations import (
     Observation,
     check_finite_step,
@@ -342,7 +343,7 @@ class VRACER(CollectorMixin, OffPolicyAlgorithm):
     def _batch_values(self, observations: Observation) -> np.ndarray:
         """``V`` of a batch of observations (stacked along the first axis) under the learner's policy."""
         obs_tensor, _ = self.policy.obs_to_tensor(observations)
-        with th.no_grad():
+        with th.no_grad(), evaluation_mode(self.policy):  # targets in evaluation mode (BatchNorm, Dropout), as SB3
             return self.policy.predict_values(obs_tensor).cpu().numpy().reshape(-1)
 
     def _values_of(self, observations: list[Observation]) -> np.ndarray:
@@ -484,6 +485,7 @@ class VRACER(CollectorMixin, OffPolicyAlgorithm):
             return
         self.policy.set_training_mode(True)
         self._initialize_statistics()
+        mode_dependent = has_mode_dependent_layers(self.policy)
         sums: dict[str, float] = {}
         for _ in range(gradient_steps):
             if self._memory_estimates_stale or self._n_updates % self.retrace_interval == 0:
@@ -509,7 +511,11 @@ class VRACER(CollectorMixin, OffPolicyAlgorithm):
             self.policy.optimizer.step()
 
             # Algorithm 3: store the current V and rho of the sampled steps, update Q_ret one step back
-            memory.refresh(slots, values.detach().cpu().numpy(), parts.pop("log_rhos").cpu().numpy())
+            stored_values = values.detach()
+            if mode_dependent:  # Q_ret's V in evaluation mode (BatchNorm, Dropout), as SB3 computes its targets
+                with th.no_grad(), evaluation_mode(self.policy):
+                    stored_values = self.policy.predict_values(observations)
+            memory.refresh(slots, stored_values.cpu().numpy(), parts.pop("log_rhos").cpu().numpy())
             far = memory.far_fraction(c_max)
             if 2 in self.refer_rules:
                 self.beta = update_beta(self.beta, far, self.refer_d, learning_rate)  # eq. 12
