@@ -171,3 +171,47 @@ def test_vtrace_targets_of_a_training_policy_equal_those_in_eval_mode(algo):
         assert not th.allclose(train_values, eval_values)  # dropout and batch statistics are at work
         expected, _ = model._vtrace_targets(batch, eval_values, target_log_probs, model.policy)
     th.testing.assert_close(targets, expected)
+
+
+# ----------------------------------------------------------------------------------------- 4. load(path, **kwargs)
+
+# Per algorithm, the arguments its constructor converts or checks (rl-zoo3's `train -i` passes them to load()).
+LOAD_KWARGS = {
+    IMPACT: [dict(clip_range=0.1), dict(clip_range=lambda progress: 0.1 * progress)],
+    IMPALA: [dict(learning_rate=lambda progress: 1e-3 * progress), dict(gamma=0.95)],
+    PPOAMBER: [dict(batch_drop_factor="lin_0.25"), dict(batch_drop_factor=0.3), dict(clip_range=0.1)],
+    PTRPPO: [dict(clip_range=0.1), dict(replay_ratio="behaviour", priority="reward")],
+    VRACER: [dict(refer_rules=[1]), dict(refer_c=2.0, refer_d=0.2), dict(train_freq=(2, "step"))],
+    SACReFER: [dict(refer_rules=[1]), dict(refer_c=2.0, refer_a=1e-6, refer_d=0.2)],
+    TD3ReFER: [dict(refer_rules=[2]), dict(refer_c=2.0)],
+}
+LOAD_REFUSED = {
+    IMPACT: dict(clip_range=-0.1),
+    PPOAMBER: dict(batch_drop_factor="half"),
+    VRACER: dict(refer_d=1.5),
+    SACReFER: dict(refer_rules=[3]),
+    TD3ReFER: dict(refer_c=-1.0),
+}
+
+
+@pytest.mark.parametrize("algo", ALGOS, ids=ALGO_IDS)
+def test_load_takes_what_the_constructor_takes(algo, tmp_path):
+    settings = small(algo)
+    settings.pop("policy_kwargs")
+    model = algo("MlpPolicy", "Pendulum-v1", seed=0, **settings)
+    model.save(tmp_path / "model")
+    for kwargs in LOAD_KWARGS[algo]:
+        constructed = algo("MlpPolicy", "Pendulum-v1", seed=0, **{**settings, **kwargs})
+        loaded = algo.load(tmp_path / "model", env=DummyVecEnv([lambda: gym.make("Pendulum-v1")]), device="cpu", **kwargs)
+        for name in kwargs:
+            expected, value = getattr(constructed, name), getattr(loaded, name)
+            if callable(expected):
+                assert [value(p) for p in (1.0, 0.5, 0.0)] == pytest.approx([expected(p) for p in (1.0, 0.5, 0.0)])
+            else:
+                assert value == expected
+        loaded.learn(64)  # trains with them
+    if algo in LOAD_REFUSED:  # and checks them as the constructor does
+        with pytest.raises(ValueError, match=next(iter(LOAD_REFUSED[algo]))):
+            algo("MlpPolicy", "Pendulum-v1", **{**settings, **LOAD_REFUSED[algo]})
+        with pytest.raises(ValueError, match=next(iter(LOAD_REFUSED[algo]))):
+            algo.load(tmp_path / "model", device="cpu", **LOAD_REFUSED[algo])

@@ -39,7 +39,6 @@ from sb3_impact.common.observations import check_finite_step
 from sb3_impact.common.refer import (
     annealed_c_max,
     check_refer_parameters,
-    check_refer_rules,
     diag_gaussian_kl,
     diag_gaussian_log_prob,
     is_near_policy,
@@ -265,7 +264,8 @@ class ReFERMixin(ABC):
         super().__init__(policy, env, **{**kwargs, "replay_buffer_class": ReFERReplayBuffer})  # type: ignore[call-arg]
 
     def _setup_model(self) -> None:
-        self.refer_rules = check_refer_rules(self.refer_rules)  # a list after a JSON round trip (load)
+        # A list after a JSON round trip; load(path, refer_c=...) sets them without the constructor: check again.
+        self.refer_rules = check_refer_parameters(self.refer_c, self.refer_a, self.refer_d, self.refer_rules)
         super()._setup_model()  # type: ignore[misc]
         self.replay_buffer.point_coordinates = self.point_coordinates
 

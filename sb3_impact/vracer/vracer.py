@@ -35,7 +35,6 @@ from sb3_impact.common.refer import (
     annealed_c_max,
     annealed_lr_factor,
     check_refer_parameters,
-    check_refer_rules,
     diag_gaussian_kl,
     diag_gaussian_log_prob,
     is_near_policy,
@@ -298,7 +297,8 @@ class VRACER(CollectorMixin, OffPolicyAlgorithm):
             self._setup_model()
 
     def _setup_model(self) -> None:
-        self.refer_rules = check_refer_rules(self.refer_rules)  # a list after a JSON round trip (load)
+        # A list after a JSON round trip; load(path, refer_c=...) sets them without the constructor: check again.
+        self.refer_rules = check_refer_parameters(self.refer_c, self.refer_a, self.refer_d, self.refer_rules)
         self._setup_lr_schedule()
         self.set_random_seed(self.seed)
         if self.replay_buffer is None:
