@@ -17,6 +17,7 @@ from torch import nn
 
 from sb3_impact import IMPACT, IMPALA, PPOAMBER, PTRPPO, VRACER, SACReFER, TD3ReFER
 from sb3_impact.common.buffers import TrainingBatch
+from sb3_impact.common.collectors import CollectorError
 from sb3_impact.common.collectors.sampler import SegmentSampler
 
 OFF_POLICY_SMALL = dict(learning_starts=32, buffer_size=512, batch_size=16, policy_kwargs=dict(net_arch=[16]))
@@ -215,3 +216,37 @@ def test_load_takes_what_the_constructor_takes(algo, tmp_path):
             algo("MlpPolicy", "Pendulum-v1", **{**settings, **LOAD_REFUSED[algo]})
         with pytest.raises(ValueError, match=next(iter(LOAD_REFUSED[algo]))):
             algo.load(tmp_path / "model", device="cpu", **LOAD_REFUSED[algo])
+
+
+# ----------------------------------------------------------------------------------------- 5. NaN final observation
+
+
+class NaNFinalObservationEnv(gym.Env):
+    """Truncates every 10 steps; if ``bad``, the final observation of the episode ending at step 30 holds a NaN."""
+
+    observation_space = spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
+    action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+
+    def __init__(self, bad: bool) -> None:
+        self.bad, self.steps = bad, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, dtype=np.float32), {}
+
+    def step(self, action):
+        self.steps += 1
+        observation = np.zeros(2, dtype=np.float32)
+        if self.bad and self.steps == 30:
+            observation[0] = np.nan  # only ever seen as info["terminal_observation"] (DummyVecEnv resets)
+        return observation, 1.0, False, self.steps % 10 == 0, {}
+
+
+@pytest.mark.parametrize("algo", ALGOS, ids=ALGO_IDS)
+def test_nan_final_observation_of_a_truncation_stops_learn_naming_the_env(algo):
+    env = DummyVecEnv([lambda: NaNFinalObservationEnv(bad=False), lambda: NaNFinalObservationEnv(bad=True)])
+    model = algo("MlpPolicy", env, seed=0, **small(algo))
+    with pytest.raises((ValueError, CollectorError)) as error_info:  # (the collector wraps the sampler's error)
+        model.learn(1_000)
+    message = str(error_info.value) + str(error_info.value.__cause__)
+    assert "environment index 1" in message and "NaN or infinite" in message and "terminal_observation" in message

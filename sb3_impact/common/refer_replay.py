@@ -35,7 +35,7 @@ from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.vec_env import VecNormalize
 
-from sb3_impact.common.observations import check_finite_step
+from sb3_impact.common.observations import check_finite_final_observations, check_finite_step
 from sb3_impact.common.refer import (
     annealed_c_max,
     check_refer_parameters,
@@ -306,6 +306,7 @@ class ReFERMixin(ABC):
     ) -> None:
         """SB3's ``_store_transition``, after the NaN/inf check every sb3-impact algorithm makes."""
         check_finite_step(new_obs, reward, "collection")
+        check_finite_final_observations(infos, np.flatnonzero(dones), "collection")  # SB3 stores them as next_obs
         super()._store_transition(replay_buffer, buffer_action, new_obs, reward, dones, infos)  # type: ignore[misc]
 
     def _refer_weights(

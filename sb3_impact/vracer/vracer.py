@@ -24,6 +24,7 @@ from sb3_impact.common.collection import CollectorMixin
 from sb3_impact.common.modes import evaluation_mode, has_mode_dependent_layers
 from sb3_impact.common.observations import (
     Observation,
+    check_finite_final_observations,
     check_finite_step,
     check_observation_space,
     index_observation,
@@ -366,6 +367,7 @@ class VRACER(CollectorMixin, OffPolicyAlgorithm):
         """
         assert self._last_behaviour is not None
         check_finite_step(new_obs, reward, "collection")
+        check_finite_final_observations(infos, np.flatnonzero(dones), "collection")
         rewards = self._vec_normalize_env.get_original_reward() if self._vec_normalize_env is not None else reward
         n_envs = len(dones)
         truncateds = np.array([bool(info.get("TimeLimit.truncated", False)) for info in infos])

@@ -10,7 +10,12 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.vec_env import VecEnv
 
 from sb3_impact.common.distributions import behaviour_params
-from sb3_impact.common.observations import Observation, check_finite_step, stack_observations
+from sb3_impact.common.observations import (
+    Observation,
+    check_finite_final_observations,
+    check_finite_step,
+    stack_observations,
+)
 from sb3_impact.common.segments import Segment
 
 
@@ -28,7 +33,8 @@ class SegmentSampler:
     reshaped to the action space's shape and clipped to it before the env sees them; a policy with its own
     ``sample_behaviour(obs_tensor)`` (``actions, log_probs, params``) and ``env_actions(actions)`` (V-RACER's)
     is sampled through those.
-    A NaN or infinite observation or reward raises ``ValueError`` naming the environment index.
+    A NaN or infinite observation or reward, or final observation of a truncation (bootstrapped from), raises
+    ``ValueError`` naming the environment index.
     """
 
     def __init__(self, env: VecEnv, policy: BasePolicy, n_steps: int, last_observation: Observation) -> None:
@@ -95,6 +101,7 @@ class SegmentSampler:
             step_truncations = np.array(
                 [bool(done and info.get("TimeLimit.truncated", False)) for done, info in zip(dones, step_infos, strict=True)]
             )
+            check_finite_final_observations(step_infos, np.flatnonzero(step_truncations), "collection")
             for env_index in np.flatnonzero(step_truncations):
                 terminal = step_infos[env_index].get("terminal_observation")
                 if terminal is None:
