@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import gymnasium as gym
 import pytest
 import yaml
 
@@ -77,10 +78,8 @@ def run(command: list[str], cwd: Path, **env) -> subprocess.CompletedProcess:
 @pytest.mark.skipif(not hook_installed(), reason="needs the installed startup hook: pip install . (not -e)")
 @pytest.mark.parametrize("algo, env_id", ZOO_COMMAND_ENVS)
 def test_rl_zoo3_train_and_enjoy_commands(algo, env_id, tmp_path):
-    train = run(
-        [sys.executable, "-m", "rl_zoo3.train", "--algo", algo, "--env", env_id, "-n", "2000", "-f", "logs"],
-        cwd=tmp_path,
-    )
+    train_args = ["--algo", algo, "--env", env_id, "-n", "2000", "-f", "logs", "--seed", "0"]
+    train = run([sys.executable, "-m", "rl_zoo3.train", *train_args], cwd=tmp_path)
     assert train.returncode == 0, train.stderr[-3000:]
     assert (tmp_path / "logs" / algo / f"{env_id}_1" / f"{env_id}.zip").is_file()
     config_file = tmp_path / "logs" / algo / f"{env_id}_1" / env_id / "config.yml"
@@ -88,7 +87,10 @@ def test_rl_zoo3_train_and_enjoy_commands(algo, env_id, tmp_path):
     shipped = yaml.safe_load(hyperparams_path(algo).read_text())[env_id]
     # read from the shipped yml, without -conf
     assert {key: dict(saved_config).get(key) for key in shipped} == shipped
-    enjoy_args = ["--algo", algo, "--env", env_id, "-f", "logs/", "-n", "200", "--no-render"]
+    # Longer than the env's time limit: an episode ends (and its reward is printed) whatever the policy learnt,
+    # even one that balances CartPole for all its steps.
+    n_enjoy_steps = gym.spec(env_id).max_episode_steps + 1
+    enjoy_args = ["--algo", algo, "--env", env_id, "-f", "logs/", "-n", str(n_enjoy_steps), "--no-render", "--seed", "0"]
     enjoy = run([sys.executable, "-m", "rl_zoo3.enjoy", *enjoy_args], cwd=tmp_path)
     assert enjoy.returncode == 0, enjoy.stderr[-3000:]
     assert "Mean reward" in enjoy.stdout or "Episode Reward" in enjoy.stdout

@@ -18,6 +18,7 @@ from sb3_impact.common.collection import OnPolicySegmentMixin
 from sb3_impact.common.collectors import Collector
 from sb3_impact.common.distributions import check_action_space
 from sb3_impact.common.estimators import MAX_RATIO, clipped_ratio, fold_truncation_bootstrap, vtrace
+from sb3_impact.common.modes import evaluation_mode, has_mode_dependent_layers
 from sb3_impact.common.observations import check_observation_space
 from sb3_impact.common.rollout_buffers import BehaviourRolloutBuffer, DictBehaviourRolloutBuffer
 from sb3_impact.common.segments import Segment
@@ -237,8 +238,16 @@ class AsyncOnPolicyAlgorithm(OnPolicySegmentMixin, OnPolicyAlgorithm):
         """
         V-trace ``(vs, pg_advantages)`` ``[T, B]`` of ``batch``, with ``target_log_probs`` in the role of pi and
         ``values`` (``[T * B]``) plus ``policy``'s values of the bootstrap observations as V.
+
+        The targets are computed in evaluation mode, as SB3 computes its targets: the bootstrap values always,
+        and ``values`` again when ``policy`` is training and has BatchNorm or Dropout layers.
         """
-        bootstrap_values, final_values = batch.bootstrap_values(policy)
+        recompute_values = policy.training and has_mode_dependent_layers(policy)
+        with evaluation_mode(policy):
+            bootstrap_values, final_values = batch.bootstrap_values(policy)
+            if recompute_values:
+                with th.no_grad():
+                    values = policy.predict_values(batch.observations).flatten()
         rewards, discounts = fold_truncation_bootstrap(
             batch.rewards, batch.terminations, batch.truncations, final_values, self.gamma
         )

@@ -7,7 +7,8 @@ Layout of the parameter vector, per action space:
 - ``Discrete(n)``: the ``n`` logits;
 - ``MultiDiscrete([n_1, .., n_k])``: the logits of each sub-space, concatenated;
 - ``MultiBinary(k)``: the ``k`` Bernoulli logits;
-- ``Box`` (shape ``[d]``): the Gaussian mean (``d``) followed by the log standard deviation (``d``).
+- ``Box`` (any shape, ``d`` = its number of elements): the Gaussian mean (``d``) followed by the log standard
+  deviation (``d``), over the flat action as SB3's policies sample it (the sampler reshapes to the space's shape).
   With unsquashed gSDE the behaviour policy of a state is also a diagonal Gaussian, ``N(mean, std(s))``.
 """
 
@@ -51,8 +52,6 @@ def check_action_space(action_space: spaces.Space) -> None:
     if not isinstance(action_space, SUPPORTED_ACTION_SPACES):
         names = ", ".join(space.__name__ for space in SUPPORTED_ACTION_SPACES)
         raise ValueError(f"Unsupported action space {action_space}: supported are {names}")
-    if isinstance(action_space, spaces.Box) and len(action_space.shape) != 1:
-        raise ValueError(f"Unsupported action space {action_space}: Box action spaces must be one-dimensional")
     if isinstance(action_space, spaces.MultiBinary) and not isinstance(action_space.n, (int, np.integer)):
         raise ValueError(f"Unsupported action space {action_space}: MultiBinary must have an integer n")
 
@@ -66,7 +65,7 @@ def behaviour_params_dim(action_space: spaces.Space) -> int:
         return int(np.sum(action_space.nvec))
     if isinstance(action_space, spaces.MultiBinary):
         return int(action_space.n)
-    return 2 * int(action_space.shape[0])
+    return 2 * int(np.prod(action_space.shape))
 
 
 def behaviour_params(distribution: Distribution) -> th.Tensor:
@@ -96,7 +95,7 @@ def distribution_from_params(action_space: spaces.Space, params: th.Tensor) -> D
         return MultiCategoricalDistribution(list(action_space.nvec)).proba_distribution(action_logits=params)
     if isinstance(action_space, spaces.MultiBinary):
         return BernoulliDistribution(int(action_space.n)).proba_distribution(action_logits=params)
-    action_dim = int(action_space.shape[0])
+    action_dim = int(np.prod(action_space.shape))
     mean, log_std = params[:, :action_dim], params[:, action_dim:]
     return DiagGaussianDistribution(action_dim).proba_distribution(mean, log_std)
 

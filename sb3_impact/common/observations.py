@@ -92,3 +92,17 @@ def check_finite_step(observations: Observation, rewards: np.ndarray | None, whe
             f"{where}: environment index {bad[0] if len(bad) == 1 else bad} returned a NaN or infinite observation "
             "or reward; check the environment (SB3's VecCheckNan wrapper locates the first one)"
         )
+
+
+def check_finite_final_observations(infos: Sequence[dict[str, Any]], env_indices: Any, where: str) -> None:
+    """
+    ValueError naming the environment index if the final observation (``info["terminal_observation"]``) of one of
+    ``env_indices`` holds a NaN or an infinity: it is bootstrapped from, and the mid-episode check does not see it.
+    """
+    for env_index in env_indices:
+        final = infos[env_index].get("terminal_observation")
+        if final is not None and non_finite_environments(map_observation(final, lambda array: np.asarray(array)[None])):
+            raise ValueError(
+                f"{where}: environment index {env_index} returned a NaN or infinite final observation "
+                "(info['terminal_observation']); check the environment"
+            )

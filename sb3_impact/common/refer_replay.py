@@ -35,11 +35,10 @@ from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.vec_env import VecNormalize
 
-from sb3_impact.common.observations import check_finite_step
+from sb3_impact.common.observations import check_finite_final_observations, check_finite_step
 from sb3_impact.common.refer import (
     annealed_c_max,
     check_refer_parameters,
-    check_refer_rules,
     diag_gaussian_kl,
     diag_gaussian_log_prob,
     is_near_policy,
@@ -76,7 +75,16 @@ class ReFERReplayBuffer(ReplayBuffer):
     ``_store_transition`` calls :meth:`add`. The memory's far-policy count (rule 2's ``n_far``) is kept up to
     date as steps are added, overwritten and re-evaluated, each classified with the ``c_max`` of its last
     evaluation (section 3: "we store for each step its most recent rho").
+
+    Transitions added from outside ``learn()`` (``add``/``extend`` without a staged behaviour, e.g.
+    demonstrations, as SAC users add them) get the warm-up's behaviour: the uniform density on ``[-1, 1]^d`` of
+    the (scaled, as SB3's buffers store them) action, mapped through tanh for SAC, and no KL penalty
+    (``behaviour_from_policy = 0``). Rule 1 then applies to them as to warm-up steps: ``rho = pi / uniform``.
+    ``point_coordinates`` tells the coordinates (``"pre_tanh"`` for SAC, ``"action"`` for TD3); SACReFER and
+    TD3ReFER set it. A buffer built on its own (``None``) refuses an unstaged :meth:`add`.
     """
+
+    point_coordinates: str | None = None  # the class default; see the docstring
 
     def __init__(
         self,
@@ -125,12 +133,25 @@ class ReFERReplayBuffer(ReplayBuffer):
             np.full((n,), float(from_policy), dtype=np.float32),
         )
 
-    def add(self, *args: Any, **kwargs: Any) -> None:
-        if self._staged is None:
+    def stage_uniform_behaviour(self, actions: np.ndarray) -> None:
+        """Stage the warm-up's uniform behaviour for ``actions`` (in ``[-1, 1]``), as an external :meth:`add` gets."""
+        flat = np.asarray(actions, dtype=np.float32).reshape(self.n_envs, self.action_dim)
+        zeros = np.zeros_like(flat)
+        if self.point_coordinates == "pre_tanh":
+            points = np.arctanh(np.clip(flat.astype(np.float64), -ATANH_BOUND, ATANH_BOUND))
+            self.stage_behaviour(points, zeros, zeros, uniform_log_prob_pre_tanh(flat), from_policy=False)
+        elif self.point_coordinates == "action":
+            log_prob = np.full(self.n_envs, -self.action_dim * LOG_2)
+            self.stage_behaviour(flat, zeros, zeros, log_prob, from_policy=False)
+        else:
             raise RuntimeError(
-                "ReFERReplayBuffer.add needs the behaviour of the step: stage_behaviour() first "
-                "(SACReFER and TD3ReFER do this for you)"
+                "ReFERReplayBuffer.add needs the behaviour of the step: stage_behaviour() first, or set "
+                "point_coordinates to 'pre_tanh' (SAC) or 'action' (TD3); SACReFER and TD3ReFER do this for you"
             )
+
+    def add(self, *args: Any, **kwargs: Any) -> None:
+        if self._staged is None:  # added from outside learn(): the warm-up's uniform behaviour
+            self.stage_uniform_behaviour(args[2] if len(args) > 2 else kwargs["action"])
         pos = self.pos
         self.n_far -= int(np.count_nonzero(self.far[pos]))  # the steps this one overwrites
         self.far[pos] = False
@@ -217,6 +238,8 @@ class ReFERMixin(ABC):
     """
 
     refused_arguments: ClassVar[dict[str, Any]] = {}
+    # The coordinates of the stored behaviour points: "pre_tanh" (SAC) or "action" (TD3); see ReFERReplayBuffer.
+    point_coordinates: ClassVar[str]
     replay_buffer: ReFERReplayBuffer
     num_timesteps: int
     learning_starts: int
@@ -241,8 +264,14 @@ class ReFERMixin(ABC):
         super().__init__(policy, env, **{**kwargs, "replay_buffer_class": ReFERReplayBuffer})  # type: ignore[call-arg]
 
     def _setup_model(self) -> None:
-        self.refer_rules = check_refer_rules(self.refer_rules)  # a list after a JSON round trip (load)
+        # A list after a JSON round trip; load(path, refer_c=...) sets them without the constructor: check again.
+        self.refer_rules = check_refer_parameters(self.refer_c, self.refer_a, self.refer_d, self.refer_rules)
         super()._setup_model()  # type: ignore[misc]
+        self.replay_buffer.point_coordinates = self.point_coordinates
+
+    def load_replay_buffer(self, *args: Any, **kwargs: Any) -> None:
+        super().load_replay_buffer(*args, **kwargs)  # type: ignore[misc]
+        self.replay_buffer.point_coordinates = self.point_coordinates
 
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "_refer_stats"]  # type: ignore[misc]
@@ -262,7 +291,8 @@ class ReFERMixin(ABC):
     def _sample_action(self, learning_starts: int, action_noise: Any = None, n_envs: int = 1) -> tuple[np.ndarray, np.ndarray]:
         actions, buffer_actions = super()._sample_action(learning_starts, action_noise, n_envs)  # type: ignore[misc]
         warm_up = self.num_timesteps < learning_starts
-        self.replay_buffer.stage_behaviour(*self._behaviour(buffer_actions, warm_up), from_policy=not warm_up)
+        flat_actions = buffer_actions.reshape(len(buffer_actions), -1)  # the policy's Gaussian is over the flat action
+        self.replay_buffer.stage_behaviour(*self._behaviour(flat_actions, warm_up), from_policy=not warm_up)
         return actions, buffer_actions
 
     def _store_transition(
@@ -276,6 +306,7 @@ class ReFERMixin(ABC):
     ) -> None:
         """SB3's ``_store_transition``, after the NaN/inf check every sb3-impact algorithm makes."""
         check_finite_step(new_obs, reward, "collection")
+        check_finite_final_observations(infos, np.flatnonzero(dones), "collection")  # SB3 stores them as next_obs
         super()._store_transition(replay_buffer, buffer_action, new_obs, reward, dones, infos)  # type: ignore[misc]
 
     def _refer_weights(

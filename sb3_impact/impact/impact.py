@@ -23,6 +23,11 @@ from sb3_impact.impact.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 SelfIMPACT = TypeVar("SelfIMPACT", bound="IMPACT")
 
 
+def _check_clip_range(clip_range: Any) -> None:
+    if isinstance(clip_range, (float, int)) and clip_range <= 0:
+        raise ValueError(f"clip_range must be > 0, got {clip_range}")
+
+
 class IMPACT(AsyncOnPolicyAlgorithm):
     """
     IMPACT (Importance Weighted Asynchronous Architectures with Clipped Target Networks).
@@ -126,8 +131,7 @@ class IMPACT(AsyncOnPolicyAlgorithm):
             raise ValueError(f"batch_size must be an integer >= 1 or None, got {batch_size!r}")
         if not (target_worker_clip >= 1 and math.isfinite(target_worker_clip)):
             raise ValueError(f"target_worker_clip must be a finite number >= 1, got {target_worker_clip}")
-        if isinstance(clip_range, (float, int)) and clip_range <= 0:
-            raise ValueError(f"clip_range must be > 0, got {clip_range}")
+        _check_clip_range(clip_range)
         if target_update_interval is not None and target_update_interval < 1:
             raise ValueError(f"target_update_interval must be >= 1 or None, got {target_update_interval}")
         if kl_coef < 0:
@@ -179,6 +183,7 @@ class IMPACT(AsyncOnPolicyAlgorithm):
 
     def _setup_model(self) -> None:
         super()._setup_model()
+        _check_clip_range(self.clip_range)  # also when load(path, clip_range=...) set it without the constructor
         self.clip_range = FloatSchedule(self.clip_range)
         samples = self.n_steps * (self.collector_kwargs.get("envs_per_worker", 1) if self.collector == "ray" else self.n_envs)
         if self.batch_size is not None and self.batch_size < samples and samples % self.batch_size != 0:

@@ -213,7 +213,8 @@ class PPOAMBER(CollectorPPO):
 
     def _setup_model(self) -> None:
         super()._setup_model()
-        self.batch_drop_factor = FloatSchedule(self.batch_drop_factor)
+        # load(path, batch_drop_factor=...) sets the attribute without the constructor: convert it as the constructor does
+        self.batch_drop_factor = _non_negative_schedule("batch_drop_factor", self.batch_drop_factor)
         self.replay_memory = BatchReplayMemory(self.replay_length)
         if getattr(self.policy.action_dist, "bijector", None) is not None:
             raise ValueError("use_sde with squash_output=True is not supported: its behaviour policy is not stored")

@@ -51,6 +51,7 @@ class SACReFER(ReFERMixin, SAC):
     }
     policy: SACPolicy
     replay_buffer: ReFERReplayBuffer
+    point_coordinates: ClassVar[str] = "pre_tanh"
     refused_arguments: ClassVar[dict[str, Any]] = {"use_sde": False, "action_noise": None, "n_steps": 1}
 
     def _behaviour(self, buffer_actions: np.ndarray, warm_up: bool) -> tuple[np.ndarray, ...]:

@@ -55,18 +55,21 @@ class TD3ReFER(ReFERMixin, TD3):
     }
     policy: TD3Policy
     replay_buffer: ReFERReplayBuffer
+    point_coordinates: ClassVar[str] = "action"
     refused_arguments: ClassVar[dict[str, Any]] = {"n_steps": 1}
 
     def _setup_model(self) -> None:
         super()._setup_model()
-        n_actions = int(np.prod(self.action_space.shape))
+        shape = self.action_space.shape  # SB3 adds the noise to actions of the space's shape
         if self.action_noise is None:
-            self.action_noise = NormalActionNoise(np.zeros(n_actions), np.full(n_actions, PAPER_NOISE_STD))
+            self.action_noise = NormalActionNoise(np.zeros(shape), np.full(shape, PAPER_NOISE_STD))
         if not isinstance(self.action_noise, NormalActionNoise):
             raise ValueError(
                 f"TD3ReFER needs Gaussian exploration noise (NormalActionNoise), got {type(self.action_noise).__name__}"
             )
-        noise_mean, noise_std = (np.broadcast_to(x, (n_actions,)) for x in (self.action_noise._mu, self.action_noise._sigma))
+        noise_mean, noise_std = (
+            np.broadcast_to(x, shape).reshape(-1) for x in (self.action_noise._mu, self.action_noise._sigma)
+        )
         if np.any(noise_mean != 0) or not np.all(noise_std > 0):
             raise ValueError("TD3ReFER needs a zero-mean NormalActionNoise with a positive sigma")
         self.noise_log_std = np.log(noise_std).astype(np.float32)

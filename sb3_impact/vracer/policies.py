@@ -120,10 +120,10 @@ class VRACERPolicy(BasePolicy):
         optimizer_class: type[th.optim.Optimizer] = th.optim.Adam,
         optimizer_kwargs: dict[str, Any] | None = None,
     ) -> None:
-        if not isinstance(action_space, spaces.Box) or len(action_space.shape) != 1:
+        if not isinstance(action_space, spaces.Box):
             raise ValueError(
-                f"Unsupported action space {action_space}: V-RACER needs a one-dimensional Box action space "
-                "(its policy is a diagonal Gaussian)"
+                f"Unsupported action space {action_space}: V-RACER needs a Box action space "
+                "(its policy is a diagonal Gaussian over the flattened action)"
             )
         if not initial_variance > 0:
             raise ValueError(f"initial_variance must be positive, got {initial_variance}")
@@ -140,7 +140,7 @@ class VRACERPolicy(BasePolicy):
         self.net_arch = [128, 128] if net_arch is None else list(net_arch)
         self.activation_fn = activation_fn
         self.initial_variance = initial_variance
-        self.action_dim = int(action_space.shape[0])
+        self.action_dim = int(np.prod(action_space.shape))
 
         self.obs_standardizer = ObservationStandardizer(observation_space)
         self.features_extractor = self.make_features_extractor()

@@ -19,6 +19,7 @@ from stable_baselines3.common.utils import obs_as_tensor, update_learning_rate
 from sb3_impact.common.collection import SegmentLoopMixin
 from sb3_impact.common.collectors import Collector
 from sb3_impact.common.estimators import clipped_ratio
+from sb3_impact.common.modes import evaluation_mode, has_mode_dependent_layers
 from sb3_impact.common.observations import (
     Observation,
     check_observation_space,
@@ -31,7 +32,6 @@ from sb3_impact.common.refer import (
     annealed_c_max,
     annealed_lr_factor,
     check_refer_parameters,
-    check_refer_rules,
     diag_gaussian_kl,
     diag_gaussian_log_prob,
     is_near_policy,
@@ -265,10 +265,10 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
         )
         if env is not None:
             check_observation_space(self.observation_space)
-        if env is not None and not (isinstance(self.action_space, spaces.Box) and len(self.action_space.shape) == 1):
+        if env is not None and not isinstance(self.action_space, spaces.Box):
             raise ValueError(
-                f"Unsupported action space {self.action_space}: V-RACER needs a one-dimensional Box action space "
-                "(its policy is a diagonal Gaussian)"
+                f"Unsupported action space {self.action_space}: V-RACER needs a Box action space "
+                "(its policy is a diagonal Gaussian over the flattened action)"
             )
         self.refer_c = refer_c
         self.refer_a = refer_a
@@ -284,7 +284,8 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
             self._setup_model()
 
     def _setup_model(self) -> None:
-        self.refer_rules = check_refer_rules(self.refer_rules)  # a list after a JSON round trip (load)
+        # A list after a JSON round trip; load(path, refer_c=...) sets them without the constructor: check again.
+        self.refer_rules = check_refer_parameters(self.refer_c, self.refer_a, self.refer_d, self.refer_rules)
         self._setup_lr_schedule()
         self.set_random_seed(self.seed)
         if self.replay_buffer is None:
@@ -315,7 +316,7 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
     def _batch_values(self, observations: Observation) -> np.ndarray:
         """``V`` of a batch of observations (stacked along the first axis) under the learner's policy."""
         obs_tensor, _ = self.policy.obs_to_tensor(observations)
-        with th.no_grad():
+        with th.no_grad(), evaluation_mode(self.policy):  # targets in evaluation mode (BatchNorm, Dropout), as SB3
             return self.policy.predict_values(obs_tensor).cpu().numpy().reshape(-1)
 
     def _values_of(self, observations: list[Observation]) -> np.ndarray:
@@ -417,6 +418,7 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
             return
         self.policy.set_training_mode(True)
         self._initialize_statistics()
+        mode_dependent = has_mode_dependent_layers(self.policy)
         sums: dict[str, float] = {}
         for _ in range(gradient_steps):
             if self._memory_estimates_stale or self._n_updates % self.retrace_interval == 0:
@@ -442,7 +444,11 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
             self.policy.optimizer.step()
 
             # Algorithm 3: store the current V and rho of the sampled steps, update Q_ret one step back
-            memory.refresh(slots, values.detach().cpu().numpy(), parts.pop("log_rhos").cpu().numpy())
+            stored_values = values.detach()
+            if mode_dependent:  # Q_ret's V in evaluation mode (BatchNorm, Dropout), as SB3 computes its targets
+                with th.no_grad(), evaluation_mode(self.policy):
+                    stored_values = self.policy.predict_values(observations)
+            memory.refresh(slots, stored_values.cpu().numpy(), parts.pop("log_rhos").cpu().numpy())
             far = memory.far_fraction(c_max)
             if 2 in self.refer_rules:
                 self.beta = update_beta(self.beta, far, self.refer_d, learning_rate)  # eq. 12

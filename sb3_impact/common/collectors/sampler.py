@@ -12,7 +12,12 @@ from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.vec_env import VecEnv, unwrap_vec_normalize
 
 from sb3_impact.common.distributions import BehaviourSamplingPolicy, behaviour_params
-from sb3_impact.common.observations import Observation, check_finite_step, stack_observations
+from sb3_impact.common.observations import (
+    Observation,
+    check_finite_final_observations,
+    check_finite_step,
+    stack_observations,
+)
 from sb3_impact.common.segments import Segment
 
 
@@ -26,10 +31,12 @@ class SegmentSampler:
 
     It keeps the last observation between segments, so consecutive segments are contiguous, and stores
     the behaviour log-probability and distribution parameters of every action. An SB3
-    ``ActorCriticPolicy`` is sampled through its distribution, and Box actions are clipped to the
-    action space before the env sees them; a policy with its own ``sample_behaviour(obs_tensor)``
-    (``actions, log_probs, params``) and ``env_actions(actions)`` (V-RACER's) is sampled through those.
-    A NaN or infinite observation or reward raises ``ValueError`` naming the environment index.
+    ``ActorCriticPolicy`` is sampled through its distribution (flat actions, as SB3's), and Box actions are
+    reshaped to the action space's shape and clipped to it before the env sees them; a policy with its own
+    ``sample_behaviour(obs_tensor)`` (``actions, log_probs, params``) and ``env_actions(actions)`` (V-RACER's)
+    is sampled through those.
+    A NaN or infinite observation or reward, or final observation of a truncation (bootstrapped from), raises
+    ``ValueError`` naming the environment index.
     """
 
     def __init__(
@@ -53,8 +60,10 @@ class SegmentSampler:
         self._vec_normalize = unwrap_vec_normalize(env)
         self._clip_low: np.ndarray | None = None
         self._clip_high: np.ndarray | None = None
+        self._action_shape: tuple[int, ...] = ()
         if isinstance(env.action_space, spaces.Box):
             self._clip_low, self._clip_high = env.action_space.low, env.action_space.high
+            self._action_shape = env.action_space.shape
 
     def load_weights(self, state_dict: dict[str, th.Tensor], version: int) -> None:
         """Replace the sampling policy's weights by a learner broadcast."""
@@ -77,8 +86,8 @@ class SegmentSampler:
         """What the env is stepped with: the stored action is the sampled one (its log-prob is the behaviour's)."""
         if isinstance(self.policy, BehaviourSamplingPolicy):
             return self.policy.env_actions(actions)
-        if self._clip_low is not None:
-            return np.clip(actions, self._clip_low, self._clip_high)
+        if self._clip_low is not None:  # SB3's policies sample flat Box actions: the env takes its own shape
+            return np.clip(actions.reshape((-1, *self._action_shape)), self._clip_low, self._clip_high)
         return actions
 
     def collect(self, stop_event: threading.Event | None = None) -> Segment:
@@ -104,6 +113,7 @@ class SegmentSampler:
             step_truncations = np.array(
                 [bool(done and info.get("TimeLimit.truncated", False)) for done, info in zip(dones, step_infos, strict=True)]
             )
+            check_finite_final_observations(step_infos, np.flatnonzero(step_truncations), "collection")
             for env_index in np.flatnonzero(step_truncations):
                 terminal = step_infos[env_index].get("terminal_observation")
                 if terminal is None:
