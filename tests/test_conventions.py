@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch as th
 from gymnasium import spaces
-from sb3_impact.common.buffers import TrainingBatch
+from sb3_impact.common.training_batch import TrainingBatch
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from stable_baselines3.common.vec_env import DummyVecEnv
 from torch import nn
