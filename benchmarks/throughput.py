@@ -31,9 +31,9 @@ from benchmarks.common import (
     validate_names,
     write_json,
 )
-from sb3_impact.common.async_algorithm import AsyncOnPolicyAlgorithm
 from sb3_impact.common.collectors import COLLECTOR_NAMES
 from sb3_impact.common.collectors.base import SyncCollector
+from sb3_impact.common.vtrace_actor_critic import VTraceActorCritic
 
 # The collectors of the T_async run (T_sync is always the "sync" collector).
 ASYNC_COLLECTORS = tuple(name for name in COLLECTOR_NAMES if name != "sync")
@@ -53,7 +53,7 @@ class PrecollectedCollector(SyncCollector):
         return segment
 
 
-def build(algo: str, env_id: str, seed: int, device: str, subproc: bool = False, **overrides) -> AsyncOnPolicyAlgorithm:
+def build(algo: str, env_id: str, seed: int, device: str, subproc: bool = False, **overrides) -> VTraceActorCritic:
     env_params, params = split_env_params(load_zoo_hyperparams(algo, env_id))
     params.update(overrides)
     if params.get("collector") == "ray":
@@ -72,12 +72,12 @@ def build(algo: str, env_id: str, seed: int, device: str, subproc: bool = False,
         frame_stack=env_params.get("frame_stack"),
     )
     model = ALGOS[algo](env_params["policy"], env, seed=seed, device=device, **params)
-    if not isinstance(model, AsyncOnPolicyAlgorithm):
+    if not isinstance(model, VTraceActorCritic):
         raise ValueError(f"{algo}: the throughput benchmark measures the V-trace learners (IMPACT, IMPALA) only")
     return model
 
 
-def timed_learn(model: AsyncOnPolicyAlgorithm, n_batches: int) -> tuple[float, dict[str, list[float]]]:
+def timed_learn(model: VTraceActorCritic, n_batches: int) -> tuple[float, dict[str, list[float]]]:
     """Seconds per batch of learn() over ``n_batches`` batches, and the logged train/ and collector/ columns."""
     envs_per_segment = model.collector_kwargs.get("envs_per_worker", 1) if model.collector == "ray" else model.n_envs
     batch_size = model.n_steps * envs_per_segment

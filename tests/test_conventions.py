@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import torch as th
 from gymnasium import spaces
-from sb3_impact.common.training_batch import TrainingBatch
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from stable_baselines3.common.vec_env import DummyVecEnv
 from torch import nn
@@ -19,6 +18,7 @@ from torch import nn
 from sb3_impact import IMPACT, IMPALA, PPOAMBER, PTRPPO, VRACER, SACReFER, TD3ReFER
 from sb3_impact.common.collectors import CollectorError
 from sb3_impact.common.collectors.sampler import SegmentSampler
+from sb3_impact.common.training_batch import TrainingBatch
 
 OFF_POLICY_SMALL = dict(learning_starts=32, buffer_size=512, batch_size=16, policy_kwargs=dict(net_arch=[16]))
 SMALL = {

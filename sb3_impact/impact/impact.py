@@ -11,13 +11,13 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedul
 from stable_baselines3.common.utils import FloatSchedule
 from torch.nn import functional as F
 
-from sb3_impact.common.async_algorithm import AsyncOnPolicyAlgorithm
 from sb3_impact.common.collectors import Collector
 from sb3_impact.common.distributions import behaviour_params, kl_from_params
 from sb3_impact.common.estimators import clipped_surrogate
 from sb3_impact.common.observations import index_observation
 from sb3_impact.common.policy_evaluation import evaluate_policy_and_values
 from sb3_impact.common.training_batch import TrainingBatch
+from sb3_impact.common.vtrace_actor_critic import VTraceActorCritic
 from sb3_impact.impact.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
 SelfIMPACT = TypeVar("SelfIMPACT", bound="IMPACT")
@@ -28,7 +28,7 @@ def _check_clip_range(clip_range: Any) -> None:
         raise ValueError(f"clip_range must be > 0, got {clip_range}")
 
 
-class IMPACT(AsyncOnPolicyAlgorithm):
+class IMPACT(VTraceActorCritic):
     """
     IMPACT (Importance Weighted Asynchronous Architectures with Clipped Target Networks).
 

@@ -7,16 +7,16 @@ from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 from torch.nn import functional as F
 
-from sb3_impact.common.async_algorithm import AsyncOnPolicyAlgorithm
 from sb3_impact.common.collectors import Collector
 from sb3_impact.common.policy_evaluation import evaluate_policy_and_values
 from sb3_impact.common.training_batch import TrainingBatch
+from sb3_impact.common.vtrace_actor_critic import VTraceActorCritic
 from sb3_impact.impala.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
 SelfIMPALA = TypeVar("SelfIMPALA", bound="IMPALA")
 
 
-class IMPALA(AsyncOnPolicyAlgorithm):
+class IMPALA(VTraceActorCritic):
     """
     IMPALA's V-trace actor-critic (paper: https://arxiv.org/abs/1802.01561, section 4).
 

@@ -13,11 +13,11 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedul
 from stable_baselines3.common.utils import FloatSchedule, LinearSchedule, explained_variance
 from torch.nn import functional as F
 
-from sb3_impact.common.collector_ppo import CollectorPPO
 from sb3_impact.common.collectors import Collector, collector_class
 from sb3_impact.common.distributions import kl_from_params
 from sb3_impact.common.estimators import batch_average_is_weight, clamp_log_ratio, clipped_surrogate
 from sb3_impact.common.policy_evaluation import evaluate_in_chunks
+from sb3_impact.common.segment_ppo import SegmentPPO
 from sb3_impact.ppo_amber.memory import BatchReplayMemory, StoredBatch
 from sb3_impact.ppo_amber.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
@@ -61,12 +61,12 @@ def _non_negative_schedule(name: str, value: float | str | Schedule) -> FloatSch
     return schedule
 
 
-class PPOAMBER(CollectorPPO):
+class PPOAMBER(SegmentPPO):
     """
     PPO with Adaptive Multi-Batch Experience Replay (PPO-AMBER); PPO-MBER with ``adaptive=False``.
 
     Paper: https://arxiv.org/abs/1710.04423 (Algorithm 1). Collection comes from a collector
-    (:class:`~sb3_impact.common.collector_ppo.CollectorPPO`: synchronous by default, which is SB3 PPO's;
+    (:class:`~sb3_impact.common.segment_ppo.SegmentPPO`: synchronous by default, which is SB3 PPO's;
     asynchronous with ``collector="thread"``, ``"process"`` or ``"ray"``); GAE and the rollout buffer are SB3 PPO's.
     After each collection the batch is copied, with its advantages, value targets and behaviour
     distribution, into a memory of the last ``replay_length`` (L) batches. Once per iteration, before the

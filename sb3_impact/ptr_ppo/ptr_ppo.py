@@ -8,7 +8,6 @@ import torch as th
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 
-from sb3_impact.common.collector_ppo import CollectorPPO
 from sb3_impact.common.collectors import Collector
 from sb3_impact.common.distributions import kl_from_params
 from sb3_impact.common.estimators import (
@@ -21,6 +20,7 @@ from sb3_impact.common.estimators import (
 )
 from sb3_impact.common.observations import index_observation
 from sb3_impact.common.policy_evaluation import evaluate_in_chunks, evaluate_policy_and_values
+from sb3_impact.common.segment_ppo import SegmentPPO
 from sb3_impact.common.segments import Segment
 from sb3_impact.common.training_batch import TrainingBatch
 from sb3_impact.ptr_ppo.memory import TrajectoryMemory
@@ -45,12 +45,12 @@ def segment_priorities(advantages: th.Tensor, priority: str) -> np.ndarray:
     raise ValueError(f"priority must be 'max' or 'mean' here, got {priority!r}")
 
 
-class PTRPPO(CollectorPPO):
+class PTRPPO(SegmentPPO):
     """
     PTR-PPO: PPO with prioritized trajectory replay.
 
     Paper: https://arxiv.org/abs/2112.03798 (section 4, Algorithm 1). Rollouts come from a collector
-    (:class:`~sb3_impact.common.collector_ppo.CollectorPPO`: synchronous by default, asynchronous with
+    (:class:`~sb3_impact.common.segment_ppo.SegmentPPO`: synchronous by default, asynchronous with
     ``collector="thread"``, ``"process"`` or ``"ray"``). Every iteration is an SB3 PPO update (``n_epochs``
     epochs) on the fresh rollout; then the rollout's ``n_envs`` segments (one environment's
     ``n_steps`` steps each) enter a FIFO priority memory of ``memory_size`` segments, and ``replay_rounds``

@@ -16,7 +16,6 @@ from stable_baselines3.common.save_util import load_from_pkl
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule, TrainFrequencyUnit
 from stable_baselines3.common.utils import obs_as_tensor, update_learning_rate
 
-from sb3_impact.common.collection import SegmentLoopMixin
 from sb3_impact.common.collectors import Collector
 from sb3_impact.common.estimators import clipped_ratio
 from sb3_impact.common.modes import evaluation_mode, has_mode_dependent_layers
@@ -37,6 +36,7 @@ from sb3_impact.common.refer import (
     is_near_policy,
     update_beta,
 )
+from sb3_impact.common.segment_loop import SegmentLoopMixin
 from sb3_impact.common.segments import Segment
 from sb3_impact.vracer.memory import EpisodeReplayMemory
 from sb3_impact.vracer.policies import CnnPolicy, MlpPolicy, MultiInputPolicy, VRACERPolicy
@@ -479,7 +479,7 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
         progress_bar: bool = False,
     ) -> SelfVRACER:
         """
-        The one segment loop (:class:`~sb3_impact.common.collection.SegmentLoopMixin`), whatever the collector:
+        The one segment loop (:class:`~sb3_impact.common.segment_loop.SegmentLoopMixin`), whatever the collector:
         segments of ``train_freq`` vector steps go through the callbacks and into the memory, then (once
         ``learning_starts`` steps were collected) ``gradient_steps`` gradient steps run (-1: one per environment
         step of the segment) and the weights are broadcast to the collector. Logs are dumped every

@@ -9,19 +9,19 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.buffers import RolloutBuffer
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
 
-from sb3_impact.common.collection import OnPolicySegmentMixin
 from sb3_impact.common.collectors import Collector
 from sb3_impact.common.distributions import check_action_space
 from sb3_impact.common.observations import check_observation_space
 from sb3_impact.common.rollout_buffers import BehaviourRecordingMixin, BehaviourRolloutBuffer, DictBehaviourRolloutBuffer
+from sb3_impact.common.segment_loop import OnPolicySegmentMixin
 from sb3_impact.common.segments import Segment
 
-SelfCollectorPPO = TypeVar("SelfCollectorPPO", bound="CollectorPPO")
+SelfSegmentPPO = TypeVar("SelfSegmentPPO", bound="SegmentPPO")
 
 
-class CollectorPPO(OnPolicySegmentMixin, PPO):
+class SegmentPPO(OnPolicySegmentMixin, PPO):
     """
-    SB3's PPO whose rollouts come from a ``collector`` (see :class:`~sb3_impact.common.collection.SegmentLoopMixin`).
+    SB3's PPO whose rollouts come from a ``collector`` (see :class:`~sb3_impact.common.segment_loop.SegmentLoopMixin`).
 
     With ``collector="sync"`` each rollout is collected when asked, with the current weights: with a seed this
     is SB3's PPO, sample for sample. With ``"thread"``, ``"process"`` or ``"ray"`` the next rollouts are
@@ -88,14 +88,14 @@ class CollectorPPO(OnPolicySegmentMixin, PPO):
         self.train()
 
     def learn(  # type: ignore[override]
-        self: SelfCollectorPPO,
+        self: SelfSegmentPPO,
         total_timesteps: int,
         callback: MaybeCallback = None,
         log_interval: int = 1,
         tb_log_name: str = "PPO",
         reset_num_timesteps: bool = True,
         progress_bar: bool = False,
-    ) -> SelfCollectorPPO:
+    ) -> SelfSegmentPPO:
         return self._learn_from_segments(
             total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar
         )

@@ -11,11 +11,11 @@ surface (``rollout_buffer``, ``collect_rollouts``) on top of it.
 
 import contextlib
 import warnings
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 import cloudpickle
-import gymnasium as gym
 import numpy as np
 import torch as th
 from stable_baselines3.common.buffers import RolloutBuffer
@@ -23,7 +23,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import MaybeCallback
 from stable_baselines3.common.utils import obs_as_tensor
-from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
+from stable_baselines3.common.vec_env import VecEnv
 
 from sb3_impact.common.collectors import (
     Collector,
@@ -32,31 +32,12 @@ from sb3_impact.common.collectors import (
     SyncCollector,
     check_collector,
 )
+from sb3_impact.common.env_util import close_env_after_failure, is_env_factory
 from sb3_impact.common.policy_evaluation import segment_values
 from sb3_impact.common.segments import Segment
 
-EnvFactory = Callable[[], gym.Env]
 
-
-def is_env_factory(env: Any) -> bool:
-    """Whether ``env`` is a factory (a callable returning a ``gymnasium.Env``) rather than an env, a VecEnv or an id."""
-    return callable(env) and not isinstance(env, (str, gym.Env, VecEnv))
-
-
-def close_env_after_failure(env: VecEnv) -> None:
-    """Close a VecEnv whose worker may have crashed, terminating any subprocess that survives ``close()``."""
-    with contextlib.suppress(Exception):  # a dead worker makes close() fail; the processes are ended below
-        env.close()
-    inner = env
-    while isinstance(inner, VecEnvWrapper):
-        inner = inner.venv
-    for process in getattr(inner, "processes", []):
-        if process.is_alive():
-            process.terminate()
-        process.join(timeout=5)
-
-
-class SegmentLoopMixin:
+class SegmentLoopMixin(ABC):
     """
     Mixed into an SB3 algorithm (before it in the bases) whose data comes from a ``collector``.
 
@@ -122,23 +103,25 @@ class SegmentLoopMixin:
 
     # ------------------------------------------------------------------ hooks of the algorithm
 
+    @abstractmethod
     def _segment_steps(self) -> int:
         """Vector steps of one collected segment."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _store_segment(self, segment: Segment) -> None:
         """Put a collected segment into the algorithm's memory (after its ``on_step`` callbacks, before ``on_rollout_end``)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _train_on_segment(self, segment: Segment) -> None:
         """Train after a segment was stored (the weights are broadcast after it)."""
-        raise NotImplementedError
 
     def _on_learn_start(self, collector: Collector) -> None:
-        """Called in :meth:`_learn_from_segments` once the collector runs, before the first segment."""
+        """Called in :meth:`_learn_from_segments` once the collector runs, before the first segment (default: nothing)."""
+        return None
 
     def _on_learn_end(self) -> None:
-        """Called at the end of :meth:`_learn_from_segments`, however it ends, once the collector is closed."""
+        """Called at the end of :meth:`_learn_from_segments`, however it ends, once the collector is closed (default: nothing)."""
+        return None
 
     # ------------------------------------------------------------------ the collector
 

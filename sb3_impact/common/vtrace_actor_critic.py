@@ -14,24 +14,24 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.policies import ActorCriticCnnPolicy, ActorCriticPolicy, BasePolicy, MultiInputActorCriticPolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 
-from sb3_impact.common.collection import OnPolicySegmentMixin
 from sb3_impact.common.collectors import Collector
 from sb3_impact.common.distributions import check_action_space
 from sb3_impact.common.estimators import MAX_RATIO, clipped_ratio, fold_truncation_bootstrap, vtrace
 from sb3_impact.common.modes import evaluation_mode, has_mode_dependent_layers
 from sb3_impact.common.observations import check_observation_space
 from sb3_impact.common.rollout_buffers import BehaviourRolloutBuffer, DictBehaviourRolloutBuffer
+from sb3_impact.common.segment_loop import OnPolicySegmentMixin
 from sb3_impact.common.segments import Segment
 from sb3_impact.common.training_batch import TrainingBatch
 from sb3_impact.impact.circular_buffer import CircularBuffer
 
-SelfAsyncOnPolicyAlgorithm = TypeVar("SelfAsyncOnPolicyAlgorithm", bound="AsyncOnPolicyAlgorithm")
+SelfVTraceActorCritic = TypeVar("SelfVTraceActorCritic", bound="VTraceActorCritic")
 
 
-class AsyncOnPolicyAlgorithm(OnPolicySegmentMixin, OnPolicyAlgorithm):
+class VTraceActorCritic(OnPolicySegmentMixin, OnPolicyAlgorithm):
     """
     Actor-critic learner trained from V-trace-corrected segments, delivered by a ``collector`` through the one
-    segment loop (:class:`~sb3_impact.common.collection.SegmentLoopMixin`).
+    segment loop (:class:`~sb3_impact.common.segment_loop.SegmentLoopMixin`).
 
     Each segment enters a :class:`CircularBuffer` of ``circular_buffer_size`` batches, each reused
     ``max_batch_reuse`` times (IMPALA uses 1 and 1); after it the learner draws batches from the buffer until a
@@ -172,14 +172,14 @@ class AsyncOnPolicyAlgorithm(OnPolicySegmentMixin, OnPolicyAlgorithm):
     # ------------------------------------------------------------------ learning
 
     def learn(
-        self: SelfAsyncOnPolicyAlgorithm,
+        self: SelfVTraceActorCritic,
         total_timesteps: int,
         callback: MaybeCallback = None,
         log_interval: int = 1,
         tb_log_name: str = "OnPolicyAlgorithm",
         reset_num_timesteps: bool = True,
         progress_bar: bool = False,
-    ) -> SelfAsyncOnPolicyAlgorithm:
+    ) -> SelfVTraceActorCritic:
         return self._learn_from_segments(
             total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar
         )
