@@ -120,7 +120,7 @@ class SegmentLoopMixin(ABC):
         return None
 
     def _on_learn_end(self) -> None:
-        """Called at the end of :meth:`_learn_from_segments`, however it ends, once the collector is closed (default: nothing)."""
+        """Called at the end of :meth:`_learn_from_segments` (however it ends, the collector closed); default: nothing."""
         return None
 
     # ------------------------------------------------------------------ the collector
