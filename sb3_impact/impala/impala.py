@@ -40,14 +40,9 @@ class IMPALA(VTraceActorCritic):
     :param ent_coef: Entropy coefficient
     :param vf_coef: Value function coefficient
     :param max_grad_norm: The maximum value for the gradient clipping
-    :param collector: Where segments are collected: ``"sync"`` (in the learner's thread, when it asks:
-        collect, then train; reproducible with a seed), ``"thread"`` (a background thread), ``"process"``
-        (a forked process, for CPU-bound environments whose Python work would compete with the learner for
-        the GIL), ``"ray"`` (Ray actors, on this machine or a cluster; ``pip install "sb3-impact[ray]"``), or a
-        :class:`~sb3_impact.common.collectors.Collector` subclass. See docs/algorithms/collectors.md
-    :param collector_kwargs: Options of the collector (``queue_size``: segments collected ahead of the
-        learner, counting the one in progress; with ``"ray"`` also ``num_workers``, ``envs_per_worker``,
-        ``address``)
+    :param collector: Where segments are collected (default "thread"): ``"sync"``, ``"thread"``, ``"process"``,
+        ``"ray"`` or a ``Collector`` subclass (see :class:`~sb3_impact.common.segment_loop.SegmentLoopMixin`)
+    :param collector_kwargs: The collector's options, e.g. ``queue_size`` (see docs/algorithms/collectors.md)
     :param stats_window_size: Window size for the rollout logging (episodes)
     :param tensorboard_log: the log location for tensorboard (if None, no logging)
     :param policy_kwargs: additional arguments to be passed to the policy on creation

@@ -105,14 +105,9 @@ class PPOAMBER(SegmentPPO):
     :param rollout_buffer_kwargs: Keyword arguments to pass to the rollout buffer on creation
     :param target_kl: Stop an iteration's epochs early when the approximate KL to the behaviour policy
         exceeds ``1.5 * target_kl`` (None: no limit)
-    :param collector: Where segments are collected: ``"sync"`` (in the learner's thread, when it asks:
-        collect, then train; reproducible with a seed), ``"thread"`` (a background thread), ``"process"``
-        (a forked process, for CPU-bound environments whose Python work would compete with the learner for
-        the GIL), ``"ray"`` (Ray actors, on this machine or a cluster; ``pip install "sb3-impact[ray]"``), or a
-        :class:`~sb3_impact.common.collectors.Collector` subclass. See docs/algorithms/collectors.md
-    :param collector_kwargs: Options of the collector (``queue_size``: segments collected ahead of the
-        learner, counting the one in progress; with ``"ray"`` also ``num_workers``, ``envs_per_worker``,
-        ``address``)
+    :param collector: Where segments are collected (default "sync"): ``"sync"``, ``"thread"``, ``"process"``,
+        ``"ray"`` or a ``Collector`` subclass (see :class:`~sb3_impact.common.segment_loop.SegmentLoopMixin`)
+    :param collector_kwargs: The collector's options, e.g. ``queue_size`` (see docs/algorithms/collectors.md)
     :param stats_window_size: Window size for the rollout logging (episodes)
     :param tensorboard_log: the log location for tensorboard (if None, no logging)
     :param policy_kwargs: additional arguments to be passed to the policy on creation

@@ -166,14 +166,9 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
         V and rho (and of the reward scale); sampled steps also update Q_ret one step back at once
     :param standardize_states: standardise observations with the replay-memory mean and std (appendix B)
     :param scale_rewards: divide rewards by ``sqrt(E[r^2])`` over the replay memory (appendix B)
-    :param collector: Where segments are collected: ``"sync"`` (in the learner's thread, when it asks:
-        collect, then train; reproducible with a seed), ``"thread"`` (a background thread), ``"process"``
-        (a forked process, for CPU-bound environments whose Python work would compete with the learner for
-        the GIL), ``"ray"`` (Ray actors, on this machine or a cluster; ``pip install "sb3-impact[ray]"``), or a
-        :class:`~sb3_impact.common.collectors.Collector` subclass. See docs/algorithms/collectors.md
-    :param collector_kwargs: Options of the collector (``queue_size``: segments collected ahead of the
-        learner, counting the one in progress; with ``"ray"`` also ``num_workers``, ``envs_per_worker``,
-        ``address``)
+    :param collector: Where segments are collected (default "sync"): ``"sync"``, ``"thread"``, ``"process"`` or a
+        ``Collector`` subclass; ``"ray"`` is refused (see docs/algorithms/collectors.md)
+    :param collector_kwargs: The collector's options (``queue_size``; ``limit_learner_threads`` for ``"thread"``)
     :param stats_window_size: Window size for the rollout logging (episodes)
     :param tensorboard_log: the log location for tensorboard (if None, no logging)
     :param policy_kwargs: additional arguments to be passed to the policy on creation
