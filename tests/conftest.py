@@ -5,6 +5,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
+from stable_baselines3.common.callbacks import BaseCallback
 
 
 class CrashingEnv(gym.Env):
@@ -72,3 +73,79 @@ class NonFiniteEnv(gym.Env):
             else:
                 reward = float("inf")
         return observation, reward, False, self.steps % 10 == 0, {}
+
+
+class NaNFinalObservationEnv(gym.Env):
+    """Truncates every 10 steps; if ``bad``, the final observation of the episode ending at step 30 holds a NaN."""
+
+    observation_space = spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
+    action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+
+    def __init__(self, bad: bool) -> None:
+        self.bad, self.steps = bad, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(2, dtype=np.float32), {}
+
+    def step(self, action):
+        self.steps += 1
+        observation = np.zeros(2, dtype=np.float32)
+        if self.bad and self.steps == 30:
+            observation[0] = np.nan  # only ever seen as info["terminal_observation"] (DummyVecEnv resets)
+        return observation, 1.0, False, self.steps % 10 == 0, {}
+
+
+class CountingCallback(BaseCallback):
+    """
+    Counts ``on_step`` calls and the threads they run on; stops training (``stop_at``) or raises
+    ``KeyboardInterrupt`` (``raise_at``) once ``num_timesteps`` reaches a value.
+    """
+
+    def __init__(self, stop_at: int | None = None, raise_at: int | None = None) -> None:
+        super().__init__()
+        self.calls, self.thread_ids = 0, set()
+        self.stop_at, self.raise_at = stop_at, raise_at
+
+    def _on_step(self) -> bool:
+        self.calls += 1
+        self.thread_ids.add(threading.get_ident())
+        if self.raise_at is not None and self.num_timesteps >= self.raise_at:
+            raise KeyboardInterrupt
+        return self.stop_at is None or self.num_timesteps < self.stop_at
+
+
+class DictObsEnv(gym.Env):
+    """Dict observations (a vector and a 36x36 image, NatureCNN's smallest), Discrete(2) actions, 5 steps an episode."""
+
+    observation_space = spaces.Dict(
+        {"vec": spaces.Box(-1, 1, shape=(3,), dtype=np.float32), "img": spaces.Box(0, 255, (36, 36, 1), np.uint8)}
+    )
+    action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if seed is not None:  # the observations are drawn from the space
+            self.observation_space.seed(seed)
+        self.t = 0
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        self.t += 1
+        return self.observation_space.sample(), float(action), False, self.t >= 5, {}
+
+
+class ImageEnv(DictObsEnv):
+    """:class:`DictObsEnv` with the image alone as the observation."""
+
+    observation_space = spaces.Box(0, 255, (36, 36, 1), np.uint8)
+
+
+class BoxActionDictObsEnv(DictObsEnv):
+    """:class:`DictObsEnv` with a one-dimensional Box action space (every algorithm class here supports it)."""
+
+    action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+
+    def step(self, action):
+        self.t += 1
+        return self.observation_space.sample(), -float(np.sum(np.square(action))), False, self.t >= 5, {}

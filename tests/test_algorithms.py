@@ -1,15 +1,13 @@
-"""IMPACT and IMPALA end to end (what all five algorithms share is in test_all_algorithms.py)."""
+"""IMPACT and IMPALA end to end (what all seven classes share: the tests by concern over tests/algorithms.py)."""
 
 import csv
 import math
 import threading
 import time
 
-import gymnasium as gym
 import numpy as np
 import pytest
 import torch as th
-from gymnasium import spaces
 from stable_baselines3.common.callbacks import (
     BaseCallback,
     CheckpointCallback,
@@ -25,7 +23,7 @@ from sb3_impact import IMPACT, IMPALA
 from sb3_impact.common.collectors.base import CollectorError
 from sb3_impact.common.training_batch import TrainingBatch
 
-from .conftest import CrashingEnv
+from .conftest import CrashingEnv, DictObsEnv, ImageEnv
 
 ALGOS = [IMPACT, IMPALA]
 SMALL = dict(n_steps=16, policy_kwargs=dict(net_arch=[16]), device="cpu")
@@ -51,26 +49,6 @@ def test_learns_on_every_action_space(algo, collector, env_factory):
     assert all(th.isfinite(p).all() for p in model.policy.parameters())
     model.learn(100, reset_num_timesteps=False)  # learn() again continues from where it stopped
     assert model.num_timesteps >= 400
-
-
-class DictObsEnv(gym.Env):
-    observation_space = spaces.Dict(
-        {"vec": spaces.Box(-1, 1, shape=(3,), dtype=np.float32), "img": spaces.Box(0, 255, (36, 36, 1), np.uint8)}
-    )
-    action_space = spaces.Discrete(2)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.t = 0
-        return self.observation_space.sample(), {}
-
-    def step(self, action):
-        self.t += 1
-        return self.observation_space.sample(), float(action), False, self.t >= 5, {}
-
-
-class ImageEnv(DictObsEnv):
-    observation_space = spaces.Box(0, 255, (36, 36, 1), np.uint8)
 
 
 @pytest.mark.parametrize("algo", ALGOS)

@@ -15,7 +15,7 @@ from sb3_impact.common.distributions import distribution_from_params
 from sb3_impact.ppo_amber.memory import BatchReplayMemory, StoredBatch
 from sb3_impact.ppo_amber.ppo_amber import select_active_batches
 
-from .test_algorithms import DictObsEnv
+from .conftest import DictObsEnv
 
 SMALL = dict(n_steps=32, batch_size=16, n_epochs=2, policy_kwargs=dict(net_arch=[16]), device="cpu")
 

@@ -21,7 +21,7 @@ from sb3_impact.ptr_ppo.memory import PRIORITY_EPS, RunningReturnStatistics, Tra
 from sb3_impact.ptr_ppo.ptr_ppo import REPLAY_RATIOS, segment_priorities
 from sb3_impact.ptr_ppo.sum_tree import SumTree
 
-from .test_algorithms import DictObsEnv, ImageEnv
+from .conftest import DictObsEnv, ImageEnv
 from .test_estimators import slow_gae, slow_rho_done, slow_rho_marg, slow_surrogate
 
 SMALL = dict(n_steps=16, batch_size=32, policy_kwargs=dict(net_arch=[16]), device="cpu")

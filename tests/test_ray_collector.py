@@ -124,13 +124,6 @@ def test_ray_needs_an_env_description():
         IMPACT("MlpPolicy", CrashingEnv(), collector="ray", **SMALL)  # an instance cannot be rebuilt remotely
 
 
-def test_vracer_refuses_ray_naming_the_reason():
-    from sb3_impact import VRACER
-
-    with pytest.raises(ValueError, match="episode memory"):
-        VRACER("MlpPolicy", "Pendulum-v1", collector="ray")
-
-
 def test_env_factories_are_saved_unless_they_cannot_be_pickled(tmp_path):
     model = IMPACT("MlpPolicy", functools.partial(gym.make, "CartPole-v1"), **SMALL)  # a factory works everywhere
     assert model.env.num_envs == 1

@@ -12,6 +12,7 @@ surface (``rollout_buffer``, ``collect_rollouts``) on top of it.
 import contextlib
 import warnings
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
@@ -333,6 +334,9 @@ class OnPolicySegmentMixin(SegmentLoopMixin):
                 )
             segment = self._collector.get_segment()
         else:
+            if self.ep_info_buffer is None:  # a model that never learned: SB3 creates these in _setup_learn
+                self.ep_info_buffer = deque(maxlen=self._stats_window_size)
+                self.ep_success_buffer = deque(maxlen=self._stats_window_size)
             own_env = env is self.env and self._last_obs is not None
             if not own_env:
                 self._last_episode_starts = np.ones((env.num_envs,), dtype=bool)

@@ -6,7 +6,7 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 import torch as th
 from stable_baselines3 import TD3
-from stable_baselines3.common.noise import NormalActionNoise
+from stable_baselines3.common.noise import NormalActionNoise, VectorizedActionNoise
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.type_aliases import MaybeCallback
 from stable_baselines3.common.utils import polyak_update
@@ -63,6 +63,8 @@ class TD3ReFER(ReFERMixin, TD3):
         shape = self.action_space.shape  # SB3 adds the noise to actions of the space's shape
         if self.action_noise is None:
             self.action_noise = NormalActionNoise(np.zeros(shape), np.full(shape, PAPER_NOISE_STD))
+        if isinstance(self.action_noise, VectorizedActionNoise):  # SB3 wraps it for several envs; saved so
+            self.action_noise = self.action_noise.base_noise
         if not isinstance(self.action_noise, NormalActionNoise):
             raise ValueError(
                 f"TD3ReFER needs Gaussian exploration noise (NormalActionNoise), got {type(self.action_noise).__name__}"

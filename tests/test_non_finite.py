@@ -1,0 +1,45 @@
+"""
+A NaN or infinite observation, reward, or final observation of a truncation (bootstrapped from) stops learn()
+with an error naming the environment index, on every (algorithm, collector) pair.
+"""
+
+import pytest
+from stable_baselines3.common.vec_env import DummyVecEnv
+
+from sb3_impact.common.collectors import CollectorError
+
+from .algorithms import ALGO_COLLECTOR, pair_kwargs
+from .conftest import NaNFinalObservationEnv, NonFiniteEnv, collector_processes, collector_threads
+
+
+def learn_error_message(model, total_timesteps: int) -> str:
+    """The message of the error learn() ends with (and of its cause: a collector wraps the sampler's error)."""
+    with pytest.raises((ValueError, CollectorError)) as error_info:
+        model.learn(total_timesteps)
+    assert collector_threads() == [] and collector_processes() == []
+    return str(error_info.value) + str(error_info.value.__cause__)
+
+
+@pytest.mark.parametrize("what", ["observation", "reward"])
+@pytest.mark.parametrize("algo, collector", ALGO_COLLECTOR)
+def test_non_finite_data_from_an_env_stops_learn_naming_the_env(algo, collector, what):
+    env = DummyVecEnv([lambda: NonFiniteEnv(bad=False), lambda: NonFiniteEnv(bad=True, what=what)])
+    model = algo("MlpPolicy", env, seed=0, **pair_kwargs(algo, collector))
+    message = learn_error_message(model, 10_000)
+    assert "environment index 1" in message and "NaN or infinite" in message
+
+
+@pytest.mark.parametrize("algo, collector", ALGO_COLLECTOR)
+def test_nan_final_observation_of_a_truncation_stops_learn_naming_the_env(algo, collector):
+    env = DummyVecEnv([lambda: NaNFinalObservationEnv(bad=False), lambda: NaNFinalObservationEnv(bad=True)])
+    model = algo("MlpPolicy", env, seed=0, **pair_kwargs(algo, collector))
+    message = learn_error_message(model, 1_000)
+    assert "environment index 1" in message and "NaN or infinite" in message and "terminal_observation" in message
+
+
+@pytest.mark.parametrize("algo, collector", ALGO_COLLECTOR)
+def test_finite_data_from_the_same_envs_learns(algo, collector):
+    """The envs above without their bad value: learn() runs through (what the errors above are not raised for)."""
+    env = DummyVecEnv([lambda: NonFiniteEnv(bad=False), lambda: NaNFinalObservationEnv(bad=False)])
+    model = algo("MlpPolicy", env, seed=0, **pair_kwargs(algo, collector)).learn(64)
+    assert model.num_timesteps >= 64
