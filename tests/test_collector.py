@@ -9,9 +9,9 @@ import torch as th
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.policies import ActorCriticPolicy
 
+from sb3_impact.common.circular_buffer import CircularBuffer
 from sb3_impact.common.collectors import CollectorError, SegmentSampler, SyncCollector, ThreadCollector
 from sb3_impact.common.training_batch import TrainingBatch
-from sb3_impact.impact.circular_buffer import CircularBuffer
 
 from .conftest import CrashingEnv, collector_threads
 

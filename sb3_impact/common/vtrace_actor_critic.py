@@ -14,6 +14,7 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.policies import ActorCriticCnnPolicy, ActorCriticPolicy, BasePolicy, MultiInputActorCriticPolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 
+from sb3_impact.common.circular_buffer import CircularBuffer
 from sb3_impact.common.collectors import Collector
 from sb3_impact.common.distributions import check_action_space
 from sb3_impact.common.estimators import MAX_RATIO, clipped_ratio, fold_truncation_bootstrap, vtrace
@@ -23,7 +24,6 @@ from sb3_impact.common.rollout_buffers import BehaviourRolloutBuffer, DictBehavi
 from sb3_impact.common.segment_loop import OnPolicySegmentMixin
 from sb3_impact.common.segments import Segment
 from sb3_impact.common.training_batch import TrainingBatch
-from sb3_impact.impact.circular_buffer import CircularBuffer
 
 SelfVTraceActorCritic = TypeVar("SelfVTraceActorCritic", bound="VTraceActorCritic")
 
