@@ -89,3 +89,34 @@ def test_load_takes_what_the_constructor_takes(algo, tmp_path):
             algo("MlpPolicy", "Pendulum-v1", **{**small(algo), **LOAD_REFUSED[algo]})
         with pytest.raises(ValueError, match=next(iter(LOAD_REFUSED[algo]))):
             algo.load(tmp_path / "model", device="cpu", **LOAD_REFUSED[algo])
+
+
+@pytest.mark.parametrize(
+    "old, collector, collector_kwargs",
+    [
+        (dict(async_collection=False, collector="thread", collector_queue_size=1), "sync", {}),
+        (dict(async_collection=True, collector="process", collector_queue_size=2), "process", dict(queue_size=2)),
+    ],
+)
+@pytest.mark.parametrize("algo", COLLECTING, ids=[algo.__name__ for algo in COLLECTING])
+def test_a_model_saved_with_the_old_collection_parameters_loads_as_it_was_saved(
+    algo, old, collector, collector_kwargs, tmp_path
+):
+    # Before the collector component, these were attributes of the model, and save() wrote them.
+    model = algo("MlpPolicy", short_pendulum(), seed=0, **small(algo))
+    old = dict(old)  # the parameters are shared between the cases
+    model.collector = old.pop("collector")
+    model.__dict__.update(old)
+    model.save(tmp_path / "old")
+    loaded = algo.load(tmp_path / "old", env=short_pendulum(), device="cpu")
+    assert (loaded.collector, loaded.collector_kwargs) == (collector, collector_kwargs)
+    assert not any(hasattr(loaded, name) for name in old)
+    loaded.learn(64)
+
+
+def test_the_old_import_path_of_the_rollout_buffers_still_resolves():
+    # Models saved before the move pickled rollout_buffer_class under sb3_impact.common.buffers.
+    from sb3_impact.common import buffers, rollout_buffers
+
+    assert buffers.BehaviourRolloutBuffer is rollout_buffers.BehaviourRolloutBuffer
+    assert buffers.DictBehaviourRolloutBuffer is rollout_buffers.DictBehaviourRolloutBuffer

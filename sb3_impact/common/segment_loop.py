@@ -37,6 +37,9 @@ from sb3_impact.common.env_util import close_env_after_failure, is_env_factory
 from sb3_impact.common.policy_evaluation import segment_values
 from sb3_impact.common.segments import Segment
 
+# The collection parameters before the collector component (see _migrate_saved_collection_parameters).
+OLD_COLLECTION_PARAMETERS = ("async_collection", "collector_queue_size", "num_workers", "envs_per_worker", "ray_address")
+
 
 class SegmentLoopMixin(ABC):
     """
@@ -85,6 +88,24 @@ class SegmentLoopMixin(ABC):
         self._collector: Collector | None = None
         self._policy_lags: list[float] = []
         return env() if is_env_factory(env) else env
+
+    def _migrate_saved_collection_parameters(self) -> None:
+        """
+        A model saved before the collector component held ``async_collection``, ``collector_queue_size``,
+        ``num_workers``, ``envs_per_worker`` and ``ray_address``: load() gives them back as attributes, which are
+        turned into ``collector`` and ``collector_kwargs`` here (``async_collection=False`` is ``"sync"``).
+        """
+        old = {name: self.__dict__.pop(name) for name in OLD_COLLECTION_PARAMETERS if name in self.__dict__}
+        if not old:
+            return
+        if old.get("async_collection") is False:
+            self.collector = "sync"
+        options = {"queue_size": old.get("collector_queue_size"), "num_workers": old.get("num_workers")}
+        options.update(envs_per_worker=old.get("envs_per_worker"), address=old.get("ray_address"))
+        if self.collector == "ray":
+            self.collector_kwargs = {**{k: v for k, v in options.items() if v is not None}, **self.collector_kwargs}
+        elif self.collector != "sync" and options["queue_size"] not in (None, 1):
+            self.collector_kwargs = {"queue_size": options["queue_size"], **self.collector_kwargs}
 
     def _collection_excluded_save_params(self) -> list[str]:
         """What SB3's save must leave out: the running collector, and a factory that cannot be pickled."""

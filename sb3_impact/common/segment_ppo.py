@@ -65,6 +65,7 @@ class SegmentPPO(OnPolicySegmentMixin, PPO):
             self._setup_model()
 
     def _setup_model(self) -> None:
+        self._migrate_saved_collection_parameters()
         check_observation_space(self.observation_space)
         check_action_space(self.action_space)
         if self.rollout_buffer_class is None:

@@ -136,6 +136,7 @@ class VTraceActorCritic(OnPolicySegmentMixin, OnPolicyAlgorithm):
             self._setup_model()
 
     def _setup_model(self) -> None:
+        self._migrate_saved_collection_parameters()
         check_action_space(self.action_space)
         check_observation_space(self.observation_space)
         if not (isinstance(self.policy_class, type) and issubclass(self.policy_class, ActorCriticPolicy)):

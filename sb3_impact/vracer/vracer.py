@@ -279,6 +279,7 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
             self._setup_model()
 
     def _setup_model(self) -> None:
+        self._migrate_saved_collection_parameters()
         # A list after a JSON round trip; load(path, refer_c=...) sets them without the constructor: check again.
         self.refer_rules = check_refer_parameters(self.refer_c, self.refer_a, self.refer_d, self.refer_rules)
         self._setup_lr_schedule()
