@@ -259,32 +259,3 @@ def test_ppo_based_algorithms_need_one_rollout_per_ray_segment():
     pytest.importorskip("ray")
     with pytest.raises(ValueError, match="envs_per_worker"):
         PPOAMBER("MlpPolicy", "Pendulum-v1", collector="ray", collector_kwargs=dict(envs_per_worker=2), device="cpu")
-
-
-def ray_processes() -> list[str]:
-    """Command lines of the Ray processes on this machine (Linux /proc)."""
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:  # the process ended
-            continue
-        if any(part in text for part in ("raylet", "gcs_server", "ray::", "default_worker.py")):
-            found.append(text[:120])
-    return found
-
-
-@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process table from /proc")
-def test_a_collector_that_started_ray_leaves_no_ray_process():
-    ray = pytest.importorskip("ray")
-    if ray.is_initialized():
-        pytest.skip("Ray is already running in this process")
-    assert ray_processes() == [], "Ray processes were running before the test"
-    model = IMPACT("MlpPolicy", "CartPole-v1", collector="ray", collector_kwargs=dict(num_workers=1), seed=0, **SMALL)
-    model.learn(200)
-    assert model.sampled_steps == model.trained_steps + model.dropped_steps
-    assert not ray.is_initialized()  # the collector started Ray, so it shut it down
-    deadline = time.monotonic() + 5.0
-    while ray_processes() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert ray_processes() == []
