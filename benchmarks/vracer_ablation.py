@@ -69,7 +69,7 @@ class AblationRecorder(BaseCallback):
                 steps=self.num_timesteps,
                 wall_seconds=round(eval_start - self._start - self._eval_seconds, 2),
                 eval_mean=float(returns),
-                far_fraction=model.replay_buffer.far_fraction(model.c_max),
+                far_fraction=model.replay_buffer.far_fraction(),
                 kl_mu_pi=kl,
                 beta=model.beta,
                 c_max=model.c_max,

@@ -32,7 +32,9 @@ from sb3_impact.common.refer import (
     update_beta,
 )
 from sb3_impact.vracer.memory import EpisodeReplayMemory
-from sb3_impact.vracer.vracer import refer_vracer_loss, segment_steps
+from sb3_impact.vracer.loss import LOSS_STATISTICS, fused_refer_vracer_loss, refer_vracer_loss
+from sb3_impact.vracer.policies import Softsign
+from sb3_impact.vracer.vracer import segment_steps
 
 from .conftest import collector_processes, collector_threads
 from .test_estimators import reference_q_ret
@@ -144,6 +146,61 @@ def test_loss_far_samples_give_only_the_kl_gradient():
     assert kl_inputs.grad is None or th.all(kl_inputs.grad == 0)
 
 
+def reference_loss_and_gradients(mean, log_std, values, actions, behaviour_mean, behaviour_log_std, q_ret, c_max, beta, rules):
+    """The autograd loss (refer_vracer_loss) and its gradient with respect to the network's outputs."""
+    mean, log_std, values = (tensor.detach().clone().requires_grad_(True) for tensor in (mean, log_std, values))
+    expanded = log_std.expand_as(mean)
+    log_pi = diag_gaussian_log_prob(actions, mean, expanded)
+    log_mu = diag_gaussian_log_prob(actions, behaviour_mean, behaviour_log_std)
+    kl = diag_gaussian_kl(behaviour_mean, behaviour_log_std, mean, expanded)
+    loss, parts = refer_vracer_loss(log_pi, log_mu, values, q_ret, kl, c_max, beta, rules)
+    loss.backward()
+    return loss.detach(), parts, (mean.grad, log_std.grad, values.grad)
+
+
+@pytest.mark.parametrize("rules", [(1, 2), (1,), (2,), ()])
+@pytest.mark.parametrize("extreme", [False, True])
+def test_fused_loss_matches_the_autograd_loss(rules, extreme):
+    """The closed-form gradient of fused_refer_vracer_loss equals autograd's of refer_vracer_loss (eqs. 5, 9-11)."""
+    gen = th.Generator().manual_seed(7)
+    batch, dim = 64, 3
+    # extreme: every other sample's behaviour is far from pi (|log rho| up to hundreds, rho clipped at 1e3)
+    spread = th.where(th.arange(batch) % 2 == 0, 5.0, 0.1).to(th.float64).unsqueeze(-1) if extreme else 0.3
+    mean = th.randn(batch, dim, generator=gen, dtype=th.float64)
+    log_std = th.randn(dim, generator=gen, dtype=th.float64) * 0.5 - 0.5
+    behaviour_mean = mean + spread * th.randn(batch, dim, generator=gen, dtype=th.float64)
+    behaviour_log_std = log_std + spread * th.randn(batch, dim, generator=gen, dtype=th.float64)
+    actions = behaviour_mean + th.exp(behaviour_log_std) * th.randn(batch, dim, generator=gen, dtype=th.float64)
+    values, q_ret = th.randn(batch, generator=gen, dtype=th.float64), 5 * th.randn(batch, generator=gen, dtype=th.float64)
+    inputs = (mean, log_std, values, actions, behaviour_mean, behaviour_log_std, q_ret, 2.5, 0.8)
+    expected_loss, parts, expected_grads = reference_loss_and_gradients(*inputs, rules)
+
+    leaves = [tensor.clone().requires_grad_(True) for tensor in inputs[:3]]
+    loss, log_rhos, statistics = fused_refer_vracer_loss(*leaves, *inputs[3:], rules)
+    loss.backward()
+    th.testing.assert_close(loss.detach(), expected_loss)
+    th.testing.assert_close(log_rhos, parts["log_rhos"])
+    for leaf, expected in zip(leaves, expected_grads, strict=True):
+        th.testing.assert_close(leaf.grad, expected)
+    for name, value in zip(LOSS_STATISTICS, statistics, strict=True):
+        th.testing.assert_close(value, parts[name].to(value.dtype))
+    assert th.all(th.isfinite(statistics)) and all(th.all(th.isfinite(leaf.grad)) for leaf in leaves)
+    if extreme:  # the extreme case does exercise far samples and huge ratios
+        assert log_rhos.abs().max() > 50 and (1 not in rules or 0.3 < parts["batch_near_fraction"] < 0.7)
+
+    # c_max and beta as 0-d tensors (the compiled path): the same result
+    tensor_loss, _, tensor_statistics = fused_refer_vracer_loss(*inputs[:7], th.tensor(2.5), th.tensor(0.8), rules)
+    th.testing.assert_close(tensor_loss, expected_loss)
+    th.testing.assert_close(tensor_statistics, statistics.detach())
+
+
+def test_softsign_matches_torch_in_value_and_gradient():
+    x = th.randn(50, 7, dtype=th.float64) * 5
+    x[0, :3] = th.tensor([0.0, 1e30, -1e30], dtype=th.float64)
+    th.testing.assert_close(Softsign()(x), th.nn.Softsign()(x))
+    assert th.autograd.gradcheck(Softsign(), (x[1:].clone().requires_grad_(True),))
+
+
 # --- replay memory ----------------------------------------------------------------------------------
 
 
@@ -227,13 +284,20 @@ def test_memory_q_ret_refresh_and_recompute_match_reference():
         slots = memory.sample_slots(8)
         values, log_rhos = rng.normal(size=8), rng.normal(scale=3, size=8)
         before = memory.q_ret.copy()
-        memory.refresh(slots, values, log_rhos)
+        memory.refresh(slots, values, log_rhos, c_max=3.0)
         for slot in np.unique(slots):  # eq. 6 one step back
             if not memory.is_first[slot]:
                 rho_bar = min(1.0, math.exp(memory.log_rhos[slot]))
                 v = memory.values[slot]
                 expected = memory.rewards[slot - 1] / 2.0 + GAMMA * (v + rho_bar * (before[slot] - v))
                 assert memory.q_ret[slot - 1] == pytest.approx(expected, rel=1e-5)
+        # the far-policy count follows the refreshed steps (a slot drawn twice counts once, with its last rho)
+        stored = memory.ordered_slots()
+        assert memory.n_far == np.count_nonzero(np.abs(memory.log_rhos[stored]) >= math.log(3.0))
+        assert memory.far_fraction() == pytest.approx(memory.n_far / len(memory))
+    memory.count_far_policy(1.5)
+    assert memory.n_far == np.count_nonzero(np.abs(memory.log_rhos[memory.ordered_slots()]) >= math.log(1.5))
+    assert memory.head + len(memory) > memory.capacity  # the ring wraps: recompute_q_ret reads it in two parts
     memory.recompute_q_ret()
     slots = memory.ordered_slots()
     position = 0
@@ -281,6 +345,29 @@ SMALL = dict(learning_starts=300, batch_size=32, buffer_size=1000, retrace_inter
 
 def small_model(seed=0, **kwargs):
     return VRACER("MlpPolicy", "Pendulum-v1", seed=seed, policy_kwargs=dict(net_arch=[32, 32]), **{**SMALL, **kwargs})
+
+
+def test_compiled_loss_matches_eager_and_trains(tmp_path):
+    """compile_loss=True: the compiled forward pass and loss give the eager values and gradients; learn and save work."""
+    model = small_model(compile_loss=True)
+    model.learn(600)
+    assert model._n_updates > 0 and model._compiled_batch_loss is not None
+    memory = model.replay_buffer
+    slots = memory.sample_slots(64)
+    batch = [th.as_tensor(array[slots]) for array in (memory.observations[""], memory.actions, memory.behaviour_params, memory.q_ret)]
+    results = []
+    for batch_loss in (model._batch_loss, model._batch_loss_function()):
+        model.policy.zero_grad()
+        loss, log_rhos, values, statistics = batch_loss(*batch, 2.0, 0.7)
+        loss.backward()
+        results.append((loss, log_rhos, values, statistics, [p.grad.clone() for p in model.policy.parameters()]))
+    (eager, compiled) = results
+    for expected, actual in zip(eager[:4], compiled[:4], strict=True):
+        th.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-5)
+    for expected, actual in zip(eager[4], compiled[4], strict=True):
+        th.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-5)
+    model.save(tmp_path / "model.zip")
+    assert VRACER.load(tmp_path / "model.zip").compile_loss
 
 
 def test_short_learn_on_pendulum_logs_refer_quantities():
@@ -339,7 +426,7 @@ def test_predict_uses_saved_standardisation_and_load_restores_it(tmp_path):
     assert loaded.refer_rules == model.refer_rules and len(loaded.replay_buffer) == 0
 
     # the standardisation matters: without it the same network acts differently
-    standardizer.initialized.fill_(False)
+    standardizer.set_active(False)
     assert not np.allclose(model.predict(observations, deterministic=True)[0], actions)
 
 

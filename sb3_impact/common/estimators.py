@@ -309,7 +309,7 @@ def rho_bar_from_log(log_rhos: np.ndarray) -> np.ndarray:
     return clipped_ratio(log_rhos, 1.0)
 
 
-def linear_suffix_scan(offsets: np.ndarray, factors: np.ndarray) -> np.ndarray:
+def linear_suffix_scan(offsets: np.ndarray, factors: np.ndarray, dtype: type = np.float64) -> np.ndarray:
     """
     Solve ``x[i] = offsets[i] + factors[i] * x[i + 1]`` (with ``x[n] = 0``) for all ``i`` at once: the linear
     recursion of ReF-ER eq. (8) (see :func:`retrace_q_ret`), flat arrays ``[n]``.
@@ -318,10 +318,12 @@ def linear_suffix_scan(offsets: np.ndarray, factors: np.ndarray) -> np.ndarray:
     as soon as every window has reached a zero factor (an episode end), i.e. after
     ``ceil(log2(longest episode))`` passes.
 
-    :return: ``x``, ``[n]`` (float64)
+    :param dtype: the precision of the passes (float32 halves their memory traffic: the replay memory of
+        V-RACER, whose estimates are stored in float32, uses it)
+    :return: ``x``, ``[n]`` (``dtype``)
     """
-    offsets = np.array(offsets, dtype=np.float64)
-    factors = np.array(factors, dtype=np.float64)
+    offsets = np.array(offsets, dtype=dtype)
+    factors = np.array(factors, dtype=dtype)
     n = len(offsets)
     shift = 1
     while shift < n and np.any(factors[: n - shift] != 0.0):
@@ -339,6 +341,7 @@ def retrace_q_ret(
     is_last: np.ndarray,
     last_values: np.ndarray,
     gamma: float,
+    dtype: type = np.float64,
 ) -> np.ndarray:
     """
     ``Q_ret[t]`` of ReF-ER eq. (8) (eqs. 6-7 unrolled) for every step of episodes stored one after another in
@@ -351,18 +354,20 @@ def retrace_q_ret(
     :param last_values: ``V_tbc[T]`` where ``is_last``: 0 if the episode terminated, ``V(s_T)`` if it was
         truncated (ignored elsewhere), shape ``[n]``
     :param gamma: discount factor
-    :return: ``Q_ret``, shape ``[n]`` (float64)
+    :param dtype: the precision of the computation (see :func:`linear_suffix_scan`)
+    :return: ``Q_ret``, shape ``[n]`` (``dtype``)
     """
     if len(rewards) == 0:
         return np.zeros(0)
     if not is_last[-1]:
         raise ValueError("is_last must be true at the last step: every episode in the arrays must be complete")
-    rho_bar_next = np.append(rho_bar_from_log(log_rhos[1:]), 0.0)
-    values_next = np.append(values[1:], 0.0)
+    rewards, values, log_rhos, last_values = (np.asarray(array, dtype=dtype) for array in (rewards, values, log_rhos, last_values))
+    rho_bar_next = np.append(rho_bar_from_log(log_rhos[1:]), dtype(0.0))
+    values_next = np.append(values[1:], dtype(0.0))
     # Q[t] = r[t] + gamma (1 - rho_bar[t+1]) V[t+1] + gamma rho_bar[t+1] Q[t+1] inside an episode
     offsets = np.where(is_last, rewards + gamma * last_values, rewards + gamma * (1.0 - rho_bar_next) * values_next)
-    factors = np.where(is_last, 0.0, gamma * rho_bar_next)
-    return linear_suffix_scan(offsets, factors)
+    factors = np.where(is_last, dtype(0.0), dtype(gamma) * rho_bar_next)
+    return linear_suffix_scan(offsets, factors, dtype)
 
 
 def v_tbc(q_ret: np.ndarray, values: np.ndarray, log_rhos: np.ndarray) -> np.ndarray:

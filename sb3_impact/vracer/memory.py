@@ -31,7 +31,7 @@ from gymnasium import spaces
 from sb3_impact.common.distributions import behaviour_params_dim
 from sb3_impact.common.estimators import retrace_q_ret, v_tbc
 from sb3_impact.common.observations import Observation
-from sb3_impact.common.refer import far_fraction
+from sb3_impact.common.refer import is_near_policy
 
 
 @dataclass
@@ -82,6 +82,8 @@ class EpisodeReplayMemory:
         self.values = np.zeros(self.capacity, dtype=np.float32)
         self.log_rhos = np.zeros(self.capacity, dtype=np.float32)  # 0 in empty slots: they never count as far
         self.q_ret = np.zeros(self.capacity, dtype=np.float32)
+        self.far = np.zeros(self.capacity, dtype=bool)  # far-policy (rule 1) at the last count or refresh
+        self.n_far = 0
         self.is_first = np.zeros(self.capacity, dtype=bool)
         self.is_last = np.zeros(self.capacity, dtype=bool)
         self.last_values = np.zeros(self.capacity, dtype=np.float32)  # V_tbc[T] at last steps
@@ -97,6 +99,12 @@ class EpisodeReplayMemory:
 
     def __len__(self) -> int:
         return self.size
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if "far" not in state:  # pickled before the far-policy count was kept: the algorithm recounts on load
+            self.far = np.zeros(self.capacity, dtype=bool)
+            self.n_far = 0
 
     @property
     def n_staged_steps(self) -> int:
@@ -183,6 +191,8 @@ class EpisodeReplayMemory:
         episode = self.episodes.popleft()
         slots = (episode.start + np.arange(episode.length)) % self.capacity
         self.log_rhos[slots] = 0.0
+        self.n_far -= int(np.count_nonzero(self.far[slots]))
+        self.far[slots] = False
         self.is_first[slots] = False
         self.is_last[slots] = False
         self.head = (self.head + episode.length) % self.capacity
@@ -206,6 +216,8 @@ class EpisodeReplayMemory:
         self.behaviour_params[slots] = np.stack([step[3] for step in steps])
         self.values[slots] = [step[4] for step in steps]
         self.log_rhos[slots] = 0.0  # pi = mu at collection time
+        self.n_far -= int(np.count_nonzero(self.far[slots]))
+        self.far[slots] = False
         self.is_first[slots] = False
         self.is_last[slots] = False
         self.is_first[slots[0]] = True
@@ -234,19 +246,54 @@ class EpisodeReplayMemory:
         """The occupied slots, oldest step first."""
         return (self.head + np.arange(self.size)) % self.capacity
 
+    def _ring_parts(self) -> list[slice]:
+        """The occupied slots, oldest first, as one or two slices of the ring (no gather, no copy)."""
+        end = self.head + self.size
+        if end <= self.capacity:
+            return [slice(self.head, end)]
+        return [slice(self.head, self.capacity), slice(0, end - self.capacity)]
+
+    def _in_ring_order(self, array: np.ndarray) -> np.ndarray:
+        parts = self._ring_parts()
+        return array[parts[0]] if len(parts) == 1 else np.concatenate([array[part] for part in parts])
+
     def recompute_q_ret(self) -> None:
         """Recompute ``Q_ret`` of every stored step from the stored ``V``, ``rho`` and rewards (eq. 8)."""
-        if self.size:
-            slots = self.ordered_slots()
-            self.q_ret[slots] = self._q_ret_of(slots)
+        if not self.size:
+            return
+        ordered = self._in_ring_order
+        q_ret = retrace_q_ret(
+            ordered(self.rewards) / self.reward_scale,
+            ordered(self.values),
+            ordered(self.log_rhos),
+            ordered(self.is_last),
+            ordered(self.last_values),
+            self.gamma,
+            np.float32,  # the precision Q_ret is stored in
+        )
+        start = 0
+        for part in self._ring_parts():
+            stop = start + part.stop - part.start
+            self.q_ret[part] = q_ret[start:stop]
+            start = stop
 
-    def refresh(self, slots: np.ndarray, values: np.ndarray, log_rhos: np.ndarray) -> None:
+    def count_far_policy(self, c_max: float) -> None:
+        """Mark every stored step far or near from its stored ``log rho`` against ``c_max`` (rule 1)."""
+        self.far[:] = ~is_near_policy(self.log_rhos, c_max)  # empty slots hold log rho = 0: near
+        self.n_far = int(np.count_nonzero(self.far))
+
+    def refresh(self, slots: np.ndarray, values: np.ndarray, log_rhos: np.ndarray, c_max: float) -> None:
         """
-        Store the current ``V(s_t)`` and ``log rho_t`` of sampled steps and apply eq. 6 one step back:
+        Store the current ``V(s_t)`` and ``log rho_t`` of sampled steps, update the far-policy count with
+        ``c_max`` (a step may be drawn twice: the last draw counts), and apply eq. 6 one step back:
         ``Q_ret[t-1] = r_t + gamma (V(s_t) + rho_bar_t (Q_ret[t] - V(s_t)))`` within the episode.
         """
         self.values[slots] = values
         self.log_rhos[slots] = log_rhos
+        unique_slots = np.unique(slots)
+        far_before = int(np.count_nonzero(self.far[unique_slots]))
+        self.far[unique_slots] = ~is_near_policy(self.log_rhos[unique_slots], c_max)
+        self.n_far += int(np.count_nonzero(self.far[unique_slots])) - far_before
         inner = slots[~self.is_first[slots]]
         previous = (inner - 1) % self.capacity
         v_tbc_inner = v_tbc(self.q_ret[inner], self.values[inner], self.log_rhos[inner])  # eq. 7
@@ -273,16 +320,18 @@ class EpisodeReplayMemory:
     def observations_at(self, slots: np.ndarray) -> Observation:
         return self._join_observation({key: value[slots] for key, value in self.observations.items()})
 
-    def far_fraction(self, c_max: float) -> float:
-        """Fraction of stored steps whose last ``rho`` is far-policy (rule 2)."""
-        return far_fraction(self.log_rhos, c_max, n_samples=self.size)
+    def far_fraction(self) -> float:
+        """
+        ``n_far / N`` (rule 2, eq. 12): the stored steps whose last ``rho`` was far-policy against the ``c_max`` of
+        their last refresh or of the last :meth:`count_far_policy`, whichever came later.
+        """
+        return self.n_far / self.size if self.size else 0.0
 
     def observation_statistics(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """Mean and standard deviation of each stored observation component (appendix B, eqs. 14-15)."""
-        slots = self.ordered_slots()
         statistics = {}
         for key, value in self.observations.items():
-            data = value[slots].astype(np.float64)
+            data = self._in_ring_order(value).astype(np.float64)
             statistics[key] = (data.mean(axis=0), data.std(axis=0))
         return statistics
 
@@ -290,5 +339,6 @@ class EpisodeReplayMemory:
         """``sqrt(E[r^2])`` over the stored rewards (appendix B, eq. 16)."""
         if self.size == 0:
             return 0.0
-        rewards = self.rewards[self.ordered_slots()].astype(np.float64)
-        return float(np.sqrt(np.mean(rewards**2)))
+        # np.square + sum, not np.dot: a BLAS call would leave numpy's BLAS threads spinning beside the learner
+        squares = sum(float(np.square(self.rewards[part], dtype=np.float64).sum()) for part in self._ring_parts())
+        return float(np.sqrt(squares / self.size))

@@ -14,10 +14,9 @@ from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.save_util import load_from_pkl
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule, TrainFrequencyUnit
-from stable_baselines3.common.utils import obs_as_tensor, update_learning_rate
+from stable_baselines3.common.utils import obs_as_tensor
 
 from sb3_impact.common.collectors import Collector
-from sb3_impact.common.estimators import clipped_ratio
 from sb3_impact.common.modes import evaluation_mode, has_mode_dependent_layers
 from sb3_impact.common.observations import (
     Observation,
@@ -27,24 +26,15 @@ from sb3_impact.common.observations import (
     stack_observations,
 )
 from sb3_impact.common.policy_evaluation import segment_values
-from sb3_impact.common.refer import (
-    annealed_c_max,
-    annealed_lr_factor,
-    check_refer_parameters,
-    diag_gaussian_kl,
-    diag_gaussian_log_prob,
-    is_near_policy,
-    update_beta,
-)
+from sb3_impact.common.refer import annealed_c_max, annealed_lr_factor, check_refer_parameters, update_beta
 from sb3_impact.common.segment_loop import SegmentLoopMixin
 from sb3_impact.common.segments import Segment
+from sb3_impact.vracer.loss import LOSS_STATISTICS, fused_refer_vracer_loss
 from sb3_impact.vracer.memory import EpisodeReplayMemory
 from sb3_impact.vracer.policies import CnnPolicy, MlpPolicy, MultiInputPolicy, VRACERPolicy
 
 SelfVRACER = TypeVar("SelfVRACER", bound="VRACER")
 
-# Without rule 1 nothing bounds rho; section 5.3 clips it at 1e3 (ReF-ER-2 and plain ER).
-UNBOUNDED_RHO_CLIP = 1e3
 REWARD_SCALE_EPSILON = 1e-7  # appendix B
 
 
@@ -67,60 +57,6 @@ def segment_steps(train_freq: Any) -> int:
     if isinstance(frequency, bool) or not isinstance(frequency, (int, np.integer)) or frequency < 1:
         raise ValueError(f"train_freq must be a positive number of steps, got {train_freq!r}")
     return int(frequency)
-
-
-def refer_vracer_loss(
-    log_pi: th.Tensor,
-    log_mu: th.Tensor,
-    values: th.Tensor,
-    q_ret: th.Tensor,
-    kl: th.Tensor,
-    c_max: float,
-    beta: float,
-    refer_rules: tuple[int, ...] = (1, 2),
-) -> tuple[th.Tensor, dict[str, th.Tensor]]:
-    """
-    The V-RACER loss under ReF-ER for one minibatch (Algorithm 3), whose gradient is eq. 10:
-    ``beta * g`` on near-policy samples and ``-(1 - beta) grad D_KL(mu || pi)`` on every sample, with
-    ``g`` the off-policy gradient ``rho (Q_ret - V) grad log pi`` (eq. 5) plus the V-tbc value gradient
-    ``rho_bar (Q_ret - V) grad V`` (eqs. 7, 9).
-
-    :param log_pi: ``log pi(a_t|s_t)`` with gradient, ``[B]``
-    :param log_mu: ``log mu_t(a_t|s_t)``, ``[B]``
-    :param values: ``V(s_t)`` with gradient, ``[B]``
-    :param q_ret: the stored ``Q_ret[t]``, ``[B]``
-    :param kl: ``D_KL(mu_t || pi(.|s_t))`` with gradient, ``[B]``
-    :param c_max: the current ``c_max`` (rule 1)
-    :param beta: the current penalty coefficient (rule 2; 1 when rule 2 is off)
-    :param refer_rules: the rules in use; without rule 1 every sample is near and ``rho`` is clipped at 1e3
-    :return: the loss and detached per-batch statistics (``log_rhos`` per sample, the rest averaged)
-    """
-    log_rhos = (log_pi - log_mu).detach()
-    if 1 in refer_rules:  # rule 1: far-policy samples give no policy and no value gradient
-        near = is_near_policy(log_rhos, c_max).to(values.dtype)
-        rhos = clipped_ratio(log_rhos, c_max)  # unchanged where near
-    else:
-        near = th.ones_like(log_rhos)
-        rhos = clipped_ratio(log_rhos, UNBOUNDED_RHO_CLIP)
-    if 2 not in refer_rules:
-        beta = 1.0
-    rho_bars = clipped_ratio(log_rhos, 1.0)  # rho_bar = min(1, rho), eq. 7
-    advantages = q_ret - values.detach()
-    v_tbc = values.detach() + rho_bars * advantages  # eq. 7
-    policy_losses = -rhos * advantages * log_pi  # its gradient is that of eq. 5, -rho (Q_ret - V)
-    value_losses = 0.5 * (values - v_tbc).pow(2)  # eq. 9
-    loss = (beta * near * (policy_losses + value_losses)).mean()
-    if 2 in refer_rules:
-        loss = loss + (1.0 - beta) * kl.mean()
-    parts = {
-        "log_rhos": log_rhos,
-        "policy_gradient_loss": (near * -(rhos * advantages)).mean().detach(),
-        "value_loss": (near * value_losses).mean().detach(),
-        "kl_mu_pi": kl.mean().detach(),
-        "is_ratio_mean": clipped_ratio(log_rhos, UNBOUNDED_RHO_CLIP).mean(),
-        "batch_near_fraction": near.mean(),
-    }
-    return loss, parts
 
 
 class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
@@ -166,6 +102,9 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
         V and rho (and of the reward scale); sampled steps also update Q_ret one step back at once
     :param standardize_states: standardise observations with the replay-memory mean and std (appendix B)
     :param scale_rewards: divide rewards by ``sqrt(E[r^2])`` over the replay memory (appendix B)
+    :param compile_loss: ``torch.compile`` the network's forward pass and the loss (and so their backward pass)
+        on the first gradient step (it takes seconds and a C++ compiler on CPU); see docs/algorithms/vracer.md
+        ("Cost of a gradient step") for what it saves
     :param collector: Where segments are collected (default "sync"): ``"sync"``, ``"thread"``, ``"process"`` or a
         ``Collector`` subclass; ``"ray"`` is refused (see docs/algorithms/collectors.md)
     :param collector_kwargs: The collector's options (``queue_size``; ``limit_learner_threads`` for ``"thread"``)
@@ -207,6 +146,7 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
         retrace_interval: int = 100,
         standardize_states: bool = True,
         scale_rewards: bool = True,
+        compile_loss: bool = False,
         collector: str | type[Collector] = "sync",
         collector_kwargs: dict[str, Any] | None = None,
         stats_window_size: int = 100,
@@ -271,6 +211,8 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
         self.retrace_interval = retrace_interval
         self.standardize_states = standardize_states
         self.scale_rewards = scale_rewards
+        self.compile_loss = compile_loss
+        self._compiled_batch_loss: Callable[..., tuple[th.Tensor, ...]] | None = None
         self.beta = 1.0
         self.reward_scale = 1.0
         self.skipped_gradient_steps = 0
@@ -296,6 +238,7 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
         return [
             *super()._excluded_save_params(),
             *self._collection_excluded_save_params(),
+            "_compiled_batch_loss",
         ]
 
     @property
@@ -389,13 +332,17 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
 
     def _initialize_statistics(self) -> None:
         """Appendix B: state mean/std from the memory, once, before the first gradient step."""
-        if self.standardize_states and not bool(self.policy.obs_standardizer.initialized):
+        if self.standardize_states and not self.policy.obs_standardizer.active:
             self.policy.obs_standardizer.set_statistics(self.replay_buffer.observation_statistics())
             # The stored V(s_T) were computed before standardisation: refresh them with Q_ret
             self._memory_estimates_stale = True
 
     def _update_memory_estimates(self) -> None:
-        """Reward scale (eq. 16), V(s_T) of truncated episodes, and every Q_ret from the stored V and rho (eq. 8)."""
+        """
+        Reward scale (eq. 16), V(s_T) of truncated episodes, every Q_ret from the stored V and rho (eq. 8), and the
+        count of far-policy steps against the current c_max (eq. 12; between two calls the memory updates it from
+        the sampled steps, with the c_max of their gradient step).
+        """
         memory = self.replay_buffer
         if self.scale_rewards:
             self.reward_scale = memory.root_mean_square_reward() + REWARD_SCALE_EPSILON
@@ -404,7 +351,46 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
         if len(last_slots):
             memory.set_last_values(last_slots, self._values_of(final_observations))
         memory.recompute_q_ret()
+        memory.count_far_policy(self.c_max)
         self._memory_estimates_stale = False
+
+    def _batch_loss(
+        self,
+        observations: th.Tensor | dict[str, th.Tensor],
+        actions: th.Tensor,
+        behaviour: th.Tensor,
+        q_ret: th.Tensor,
+        c_max: float | th.Tensor,
+        beta: float | th.Tensor,
+    ) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
+        """One forward pass and the ReF-ER V-RACER loss: ``(loss, log rho [B], V(s) [B] detached, statistics)``."""
+        mean, log_std, values = self.policy.forward_parts(observations)
+        behaviour_mean, behaviour_log_std = behaviour.chunk(2, dim=1)
+        loss, log_rhos, statistics = fused_refer_vracer_loss(
+            mean, log_std, values, actions, behaviour_mean, behaviour_log_std, q_ret, c_max, beta, self.refer_rules
+        )
+        return loss, log_rhos, values.detach(), statistics
+
+    def _batch_loss_function(self) -> Callable[..., tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]]:
+        """:meth:`_batch_loss`, compiled when ``compile_loss`` (c_max and beta then go in as 0-d tensors)."""
+        if not self.compile_loss:
+            return self._batch_loss
+        if self._compiled_batch_loss is None:
+            self._compiled_batch_loss = th.compile(self._batch_loss)
+        compiled = self._compiled_batch_loss
+
+        def batch_loss(
+            observations: th.Tensor | dict[str, th.Tensor],
+            actions: th.Tensor,
+            behaviour: th.Tensor,
+            q_ret: th.Tensor,
+            c_max: float,
+            beta: float,
+        ) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
+            # c_max and beta as 0-d tensors: their new values each step do not recompile
+            return compiled(observations, actions, behaviour, q_ret, th.tensor(c_max), th.tensor(beta))
+
+        return batch_loss
 
     def train(self, gradient_steps: int, batch_size: int = 256) -> None:
         memory = self.replay_buffer
@@ -415,45 +401,44 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
         self.policy.set_training_mode(True)
         self._initialize_statistics()
         mode_dependent = has_mode_dependent_layers(self.policy)
-        sums: dict[str, float] = {}
+        optimizer = self.policy.optimizer
+        batch_loss = self._batch_loss_function()
+        statistics_sum = th.zeros(len(LOSS_STATISTICS), device=self.device)
+        far_fraction_sum = 0.0
         for _ in range(gradient_steps):
             if self._memory_estimates_stale or self._n_updates % self.retrace_interval == 0:
                 self._update_memory_estimates()
             c_max, learning_rate = self.c_max, self.current_learning_rate()
-            update_learning_rate(self.policy.optimizer, learning_rate)
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate
 
             slots = memory.sample_slots(batch_size)
             observations = obs_as_tensor(memory.observations_at(slots), self.device)
-            actions = th.as_tensor(memory.actions[slots], device=self.device)
-            behaviour = th.as_tensor(memory.behaviour_params[slots], device=self.device)
-            q_ret = th.as_tensor(memory.q_ret[slots], device=self.device)
-            mu_mean, mu_log_std = behaviour.chunk(2, dim=1)
-
-            mean, log_std, values = self.policy.forward_parts(observations)
-            log_pi = diag_gaussian_log_prob(actions, mean, log_std)
-            log_mu = diag_gaussian_log_prob(actions, mu_mean, mu_log_std)
-            kl = diag_gaussian_kl(mu_mean, mu_log_std, mean, log_std)  # D_KL(mu || pi), eq. 11
-            loss, parts = refer_vracer_loss(log_pi, log_mu, values, q_ret, kl, c_max, self.beta, self.refer_rules)
-
-            self.policy.optimizer.zero_grad()
+            actions, behaviour, q_ret = (
+                th.as_tensor(array[slots], device=self.device)
+                for array in (memory.actions, memory.behaviour_params, memory.q_ret)
+            )
+            loss, log_rhos, values, statistics = batch_loss(observations, actions, behaviour, q_ret, c_max, self.beta)
+            optimizer.zero_grad()
             loss.backward()
-            self.policy.optimizer.step()
+            optimizer.step()
 
             # Algorithm 3: store the current V and rho of the sampled steps, update Q_ret one step back
-            stored_values = values.detach()
+            stored_values = values
             if mode_dependent:  # Q_ret's V in evaluation mode (BatchNorm, Dropout), as SB3 computes its targets
                 with th.no_grad(), evaluation_mode(self.policy):
                     stored_values = self.policy.predict_values(observations)
-            memory.refresh(slots, stored_values.cpu().numpy(), parts.pop("log_rhos").cpu().numpy())
-            far = memory.far_fraction(c_max)
+            memory.refresh(slots, stored_values.cpu().numpy(), log_rhos.cpu().numpy(), c_max)
+            far = memory.far_fraction()
             if 2 in self.refer_rules:
                 self.beta = update_beta(self.beta, far, self.refer_d, learning_rate)  # eq. 12
             self._n_updates += 1
-            for key, value in (*((key, value.item()) for key, value in parts.items()), ("far_fraction", far)):
-                sums[key] = sums.get(key, 0.0) + value
+            statistics_sum += statistics
+            far_fraction_sum += far
 
-        for key, value in sums.items():
-            self.logger.record(f"train/{key}", value / gradient_steps)
+        for key, value in zip(LOSS_STATISTICS, (statistics_sum / gradient_steps).tolist(), strict=True):
+            self.logger.record(f"train/{key}", value)
+        self.logger.record("train/far_fraction", far_fraction_sum / gradient_steps)
         self.logger.record("train/beta", self.beta)
         self.logger.record("train/c_max", self.c_max)
         self.logger.record("train/learning_rate", self.current_learning_rate())
