@@ -31,8 +31,8 @@ from sb3_impact.common.refer import (
     is_near_policy,
     update_beta,
 )
-from sb3_impact.vracer.memory import EpisodeReplayMemory
 from sb3_impact.vracer.loss import LOSS_STATISTICS, fused_refer_vracer_loss, refer_vracer_loss
+from sb3_impact.vracer.memory import EpisodeReplayMemory
 from sb3_impact.vracer.policies import Softsign
 from sb3_impact.vracer.vracer import segment_steps
 
@@ -354,7 +354,10 @@ def test_compiled_loss_matches_eager_and_trains(tmp_path):
     assert model._n_updates > 0 and model._compiled_batch_loss is not None
     memory = model.replay_buffer
     slots = memory.sample_slots(64)
-    batch = [th.as_tensor(array[slots]) for array in (memory.observations[""], memory.actions, memory.behaviour_params, memory.q_ret)]
+    batch = [
+        th.as_tensor(array[slots])
+        for array in (memory.observations[""], memory.actions, memory.behaviour_params, memory.q_ret)
+    ]
     results = []
     for batch_loss in (model._batch_loss, model._batch_loss_function()):
         model.policy.zero_grad()

@@ -361,7 +361,9 @@ def retrace_q_ret(
         return np.zeros(0)
     if not is_last[-1]:
         raise ValueError("is_last must be true at the last step: every episode in the arrays must be complete")
-    rewards, values, log_rhos, last_values = (np.asarray(array, dtype=dtype) for array in (rewards, values, log_rhos, last_values))
+    rewards, values, log_rhos, last_values = (
+        np.asarray(array, dtype=dtype) for array in (rewards, values, log_rhos, last_values)
+    )
     rho_bar_next = np.append(rho_bar_from_log(log_rhos[1:]), dtype(0.0))
     values_next = np.append(values[1:], dtype(0.0))
     # Q[t] = r[t] + gamma (1 - rho_bar[t+1]) V[t+1] + gamma rho_bar[t+1] Q[t+1] inside an episode

@@ -190,5 +190,15 @@ def fused_refer_vracer_loss(
     :return: ``(loss, log_rhos [B], statistics [5])``, the statistics named by :data:`LOSS_STATISTICS`
     """
     return _FusedReFERVRACERLoss.apply(
-        mean, log_std, values, actions, behaviour_mean, behaviour_log_std, q_ret, c_max, beta, 1 in refer_rules, 2 in refer_rules
+        mean,
+        log_std,
+        values,
+        actions,
+        behaviour_mean,
+        behaviour_log_std,
+        q_ret,
+        c_max,
+        beta,
+        1 in refer_rules,
+        2 in refer_rules,
     )
