@@ -20,6 +20,7 @@ SUBCOMMANDS = {
     "report": "markdown tables for docs/results.md from the JSON files",
     "ray_scaling": "environment steps per second of the Ray collector against its number of workers",
     "ppo_amber_active_batches": "PPO-AMBER's active batches and replay ratios over training",
+    "gradient_step_cost": "ms per gradient step of V-RACER, SAC, SACReFER... side by side, with the arithmetic floor",
     "vracer_ablation": "V-RACER with each subset of the ReF-ER rules",
     "ptr_ppo_priorities": "PTR-PPO with each trajectory priority",
     "ptr_ppo_atari_throughput": "PTR-PPO's Atari env steps per second against PPO's",
