@@ -29,6 +29,35 @@ class CrashingEnv(gym.Env):
         return np.zeros(2, dtype=np.float32), 1.0, False, self.steps % 10 == 0, {}
 
 
+class TaggedStepsEnv(gym.Env):
+    """
+    Continuous-action env whose observation is ``(uid, t)``: ``uid`` random per environment instance (whatever
+    process builds it), ``t`` the step within the episode; episodes are truncated after ``length`` steps.
+    A replay memory that keeps whole episodes can then check that each stored episode is one environment's
+    consecutive steps.
+    """
+
+    observation_space = spaces.Box(-np.inf, np.inf, shape=(2,), dtype=np.float32)
+    action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
+
+    def __init__(self, length: int = 10) -> None:
+        self.length = length
+        self.uid = float(np.random.default_rng().integers(1, 2**20))
+        self.t = 0
+
+    def _observation(self) -> np.ndarray:
+        return np.array([self.uid, self.t], dtype=np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._observation(), {}
+
+    def step(self, action):
+        self.t += 1
+        return self._observation(), float(-abs(action[0])), False, self.t >= self.length, {}
+
+
 def collector_threads() -> list[threading.Thread]:
     return [thread for thread in threading.enumerate() if thread.name == "sb3-impact-collector" and thread.is_alive()]
 

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from stable_baselines3.common.callbacks import BaseCallback
 
-from sb3_impact import IMPACT, IMPALA, PPOAMBER, PTRPPO
+from sb3_impact import IMPACT, IMPALA, PPOAMBER, PTRPPO, VRACER
 from sb3_impact.common.collectors.base import CollectorError
 from sb3_impact.common.collectors.ray import RayCollector
 
-from .conftest import CrashingEnv
+from .conftest import CrashingEnv, TaggedStepsEnv
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SMALL = dict(n_steps=16, policy_kwargs=dict(net_arch=[16]), device="cpu")
@@ -259,3 +259,45 @@ def test_ppo_based_algorithms_need_one_rollout_per_ray_segment():
     pytest.importorskip("ray")
     with pytest.raises(ValueError, match="envs_per_worker"):
         PPOAMBER("MlpPolicy", "Pendulum-v1", collector="ray", collector_kwargs=dict(envs_per_worker=2), device="cpu")
+
+
+def stored_episodes_are_whole(memory) -> list[int]:
+    """Each stored episode is one environment's consecutive steps from t = 0; returns the episode lengths."""
+    lengths = []
+    for episode in memory.episodes:
+        slots = (episode.start + np.arange(episode.length)) % memory.capacity
+        uids, steps = memory.observations[""][slots, 0], memory.observations[""][slots, 1]
+        assert np.all(uids == uids[0]), "an episode mixes the steps of several environments"
+        np.testing.assert_array_equal(steps, np.arange(episode.length))
+        lengths.append(episode.length)
+    return lengths
+
+
+def test_vracer_memory_takes_episodes_from_every_ray_worker(local_ray):
+    """Segments say which worker's environment each column is: the episode memory keeps whole episodes, even
+    when a killed worker is replaced (its open episodes end as truncated where they stopped)."""
+    model = VRACER(
+        "MlpPolicy",
+        TaggedStepsEnv,
+        collector="ray",
+        collector_kwargs=dict(num_workers=2, envs_per_worker=2),
+        learning_starts=40,
+        buffer_size=2000,
+        batch_size=16,
+        train_freq=4,
+        standardize_states=False,
+        policy_kwargs=dict(net_arch=[16]),
+        seed=0,
+        device="cpu",
+    )
+    kill = AtStep(30, lambda callback: local_ray.kill(callback.actors[1]))
+    with pytest.warns(RuntimeWarning, match="worker 1 failed and is replaced"):
+        model.learn(600, callback=kill)
+    memory = model.replay_buffer
+    assert memory.n_envs == 4 and memory.n_staged_steps == 0  # learn() closed the running episodes
+    lengths = stored_episodes_are_whole(memory)
+    assert sum(length == 10 for length in lengths) >= 40  # complete episodes from the workers
+    assert len({float(memory.observations[""][episode.start, 0]) for episode in memory.episodes}) >= 6  # 4 envs + 2 new
+    assert sum(lengths) == len(memory) == model.trained_steps
+    assert model._n_updates > 0 and model.sampled_steps == model.trained_steps + model.dropped_steps
+    assert wait_until_no_workers(local_ray) == []

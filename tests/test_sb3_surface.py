@@ -156,11 +156,6 @@ def test_replay_buffer_add_and_extend_from_outside_learn_get_the_uniform_behavio
 # ----------------------------------------------------------------------------------------- V-RACER
 
 
-def test_vracer_refuses_ray_naming_the_reason():
-    with pytest.raises(ValueError, match="episode memory"):
-        VRACER("MlpPolicy", "Pendulum-v1", collector="ray")
-
-
 def test_vracer_refuses_sb3_off_policy_collect_rollouts():
     model = VRACER("MlpPolicy", "Pendulum-v1", seed=0, **small(VRACER))
     assert model.replay_buffer is not None  # its episode memory, from construction on

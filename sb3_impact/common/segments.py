@@ -18,6 +18,11 @@ class Segment:
     bootstrap at learning time). Where an episode was truncated by a time limit at ``(t, env)``, the real
     last observation of that episode is ``final_observations[i]`` with ``final_observation_indices[i] == (t, env)``
     (the observation stored at ``t + 1`` already belongs to the next episode).
+
+    ``env_ids`` says which environments the columns are among all those of the collector (the Ray collector:
+    ``worker index * envs_per_worker + j``); None means ``0 .. n_envs - 1``, one VecEnv. ``envs_reset`` is True
+    when those environments were built and reset just before this segment (a new Ray worker, or the
+    replacement of a failed one): an episode of those ids left open by earlier segments ended unfinished there.
     """
 
     observations: Observation
@@ -34,6 +39,8 @@ class Segment:
     policy_version: int
     collect_seconds: float = 0.0
     extras: dict[str, Any] = field(default_factory=dict)
+    env_ids: np.ndarray | None = None
+    envs_reset: bool = False
 
     @property
     def n_steps(self) -> int:
@@ -47,6 +54,11 @@ class Segment:
     def size(self) -> int:
         """Number of environment steps in the segment."""
         return self.n_steps * self.n_envs
+
+    @property
+    def column_env_ids(self) -> np.ndarray:
+        """The id of each column's environment (``env_ids``, or ``0 .. n_envs - 1``)."""
+        return np.arange(self.n_envs) if self.env_ids is None else self.env_ids
 
     @property
     def dones(self) -> np.ndarray:

@@ -131,6 +131,7 @@ class EpisodeReplayMemory:
         final_observations: list[Observation | None],
         final_values: np.ndarray,
         next_observations: Observation,
+        env_ids: np.ndarray | None = None,
     ) -> None:
         """
         Add one vector step (one transition per environment); complete the episodes that ended.
@@ -145,29 +146,36 @@ class EpisodeReplayMemory:
         :param final_observations: ``s_T`` where an episode ended, else None
         :param final_values: ``V(s_T)`` where an episode was truncated (ignored elsewhere)
         :param next_observations: the observations returned by the step (after a reset where an episode ended)
+        :param env_ids: which of the memory's ``n_envs`` environments each column is (several Ray workers feed
+            one memory); None: the columns are environments ``0 .. n_envs - 1``
         """
         split = self._split_observation(observations)
         next_split = self._split_observation(next_observations)
-        for env in range(self.n_envs):
-            next_observation = {key: np.array(value[env]) for key, value in next_split.items()}
+        columns = range(len(dones))
+        for column, env in zip(columns, columns if env_ids is None else env_ids, strict=True):
+            next_observation = {key: np.array(value[column]) for key, value in next_split.items()}
             self.staged_next_observations[env] = self._join_observation(next_observation)
-            observation = {key: np.array(value[env]) for key, value in split.items()}
-            self.staging[env].append((observation, actions[env], rewards[env], behaviour_params[env], values[env]))
-            if dones[env]:
-                truncated = bool(truncateds[env])
-                self._insert_episode(self.staging[env], truncated, final_observations[env], float(final_values[env]))
+            observation = {key: np.array(value[column]) for key, value in split.items()}
+            step = (observation, actions[column], rewards[column], behaviour_params[column], values[column])
+            self.staging[env].append(step)
+            if dones[column]:
+                truncated = bool(truncateds[column])
+                self._insert_episode(self.staging[env], truncated, final_observations[column], float(final_values[column]))
                 self.staging[env] = []
 
-    def close_staged_episodes(self, value_fn: Callable[[list[Observation]], np.ndarray]) -> int:
+    def close_staged_episodes(
+        self, value_fn: Callable[[list[Observation]], np.ndarray], env_ids: Any = None
+    ) -> int:
         """
-        End every running episode as truncated: the observation that followed its last step is ``s_T``
-        and ``value_fn`` (observations -> values) gives ``V(s_T)``.
+        End every running episode (of the environments ``env_ids``; None: all) as truncated: the observation
+        that followed its last step is ``s_T`` and ``value_fn`` (observations -> values) gives ``V(s_T)``.
 
         Called before the environments are reset by a new ``learn()`` (or when a memory is loaded into a
-        model with another number of environments), so that no collected step is lost. Returns the number
-        of steps moved into the memory.
+        model with another number of environments, or a Ray worker's environments were rebuilt), so that no
+        collected step is lost. Returns the number of steps moved into the memory.
         """
-        envs = [env for env in range(self.n_envs) if self.staging[env]]
+        candidates = range(self.n_envs) if env_ids is None else (int(env) for env in env_ids)
+        envs = [env for env in candidates if self.staging[env]]
         if not envs:
             return 0
         final_observations = [self.staged_next_observations[env] for env in envs]

@@ -72,11 +72,11 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
     are annealed with the environment step (eq. 13).
 
     Data comes from a ``collector`` through the one segment loop (see :meth:`learn`): ``"sync"`` (default)
-    collects ``train_freq`` vector steps with the current policy, then trains; ``"thread"`` and ``"process"``
-    step the environments with a copy of the policy while the learner trains (``"ray"`` is refused: segments
-    from several workers do not say whose environments they come from, which the episode memory needs). Every
-    segment enters the memory (each environment's steps staged until its episode ends), then ``gradient_steps``
-    gradient steps run and the new weights are broadcast.
+    collects ``train_freq`` vector steps with the current policy, then trains; ``"thread"``, ``"process"`` and
+    ``"ray"`` step the environments with a copy of the policy while the learner trains. Every segment enters the
+    memory (each environment's steps staged until its episode ends; Ray segments say which worker's environments
+    they come from, ``Segment.env_ids``), then ``gradient_steps`` gradient steps run and the new weights are
+    broadcast.
 
     :param policy: The policy model to use (MlpPolicy, CnnPolicy, MultiInputPolicy, or a VRACERPolicy subclass)
     :param env: The environment to learn from (if registered in Gym, can be str, or a factory returning a
@@ -105,9 +105,10 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
     :param compile_loss: ``torch.compile`` the network's forward pass and the loss (and so their backward pass)
         on the first gradient step (it takes seconds and a C++ compiler on CPU); see docs/algorithms/vracer.md
         ("Cost of a gradient step") for what it saves
-    :param collector: Where segments are collected (default "sync"): ``"sync"``, ``"thread"``, ``"process"`` or a
-        ``Collector`` subclass; ``"ray"`` is refused (see docs/algorithms/collectors.md)
-    :param collector_kwargs: The collector's options (``queue_size``; ``limit_learner_threads`` for ``"thread"``)
+    :param collector: Where segments are collected (default "sync"): ``"sync"``, ``"thread"``, ``"process"``,
+        ``"ray"`` or a ``Collector`` subclass (see docs/algorithms/collectors.md)
+    :param collector_kwargs: The collector's options (``queue_size``; ``limit_learner_threads`` for ``"thread"``;
+        ``num_workers``, ``envs_per_worker``, ``address`` for ``"ray"``)
     :param stats_window_size: Window size for the rollout logging (episodes)
     :param tensorboard_log: the log location for tensorboard (if None, no logging)
     :param policy_kwargs: additional arguments to be passed to the policy on creation
@@ -168,12 +169,6 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
             raise ValueError(f"gamma must be in (0, 1], got {gamma}")
         if learning_starts < 0:
             raise ValueError(f"learning_starts must be non-negative, got {learning_starts}")
-        if collector == "ray":
-            raise ValueError(
-                "collector='ray' is not supported by VRACER: its episode memory stages every environment's steps "
-                "until the episode ends, and segments from several Ray workers do not say which worker's "
-                "environments they come from; use collector='sync', 'thread' or 'process'"
-            )
         env = self._init_collection(env, collector, collector_kwargs)
         segment_steps(train_freq)
         super().__init__(
@@ -273,6 +268,8 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
         sampler recorded them (a VecNormalize on the sampler's env), else those the sampler saw.
         """
         n_steps, n_envs = segment.n_steps, segment.n_envs
+        if segment.envs_reset:  # a new (or replacement) Ray worker: its environments' open episodes ended unfinished
+            self.replay_buffer.close_staged_episodes(self._values_of, segment.column_env_ids)
         rewards = segment.extras.get("original_rewards", segment.rewards)
         self._episode_num += int(segment.dones.sum())
         values, _, final_values_at = segment_values(segment, self._batch_values)
@@ -296,6 +293,7 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
                 final_observations,
                 final_values_at[step],
                 segment.observation_after(step),
+                segment.env_ids,
             )
             self._on_step()
 
@@ -476,6 +474,8 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
     def _on_learn_start(self, collector: Collector) -> None:
         if not collector.continues_episodes:  # the collector resets its copy of the environments
             self.replay_buffer.close_staged_episodes(self._values_of)
+        if collector.num_envs != self.replay_buffer.n_envs:  # Ray: one staging list per worker environment
+            self.replay_buffer.set_n_envs(collector.num_envs)
 
     def _on_learn_end(self) -> None:
         # The collector's environments went on past the last stored step (segments in flight, dropped) or

@@ -62,6 +62,11 @@ class Collector(ABC):
         """Environment steps in one segment."""
         return self.sampler.n_steps * self.sampler.env.num_envs
 
+    @property
+    def num_envs(self) -> int:
+        """The environments that segments come from, over all workers (``Segment.env_ids`` range over them)."""
+        return self.sampler.env.num_envs
+
     def set_step_budget(self, steps: int | None) -> None:
         """Start no segment once ``steps`` environment steps were started (None: no limit). Before :meth:`start`."""
         self.step_budget = None if steps is None else max(int(steps), 0)

@@ -87,7 +87,14 @@ class RolloutWorker:
     """
 
     def __init__(
-        self, env: EnvDescription, n_envs: int, policy: BasePolicy, n_steps: int, policy_version: int, seed: int
+        self,
+        env: EnvDescription,
+        n_envs: int,
+        policy: BasePolicy,
+        n_steps: int,
+        policy_version: int,
+        seed: int,
+        first_env_id: int = 0,
     ) -> None:
         th.set_num_threads(1)
         th.manual_seed(seed)
@@ -97,6 +104,8 @@ class RolloutWorker:
         policy.set_training_mode(False)
         self.sampler = SegmentSampler(vec_env, policy, n_steps, vec_env.reset())
         self.sampler.policy_version = policy_version
+        self.sampler.env_ids = first_env_id + np.arange(n_envs)  # segments say whose environments they come from
+        self._fresh_envs = True  # the first segment starts from the reset above
         self._stop = threading.Event()
 
     def describe(self) -> dict[str, Any]:
@@ -116,9 +125,11 @@ class RolloutWorker:
             self.sampler.load_weights(weights, version)
         steps_before = self.sampler.sampled_steps
         try:
-            return self.sampler.collect(self._stop)
+            segment = self.sampler.collect(self._stop)
         except CollectionInterrupted:
             return self.sampler.sampled_steps - steps_before
+        segment.envs_reset, self._fresh_envs = self._fresh_envs, False
+        return segment
 
     def stop(self) -> None:
         self._stop.set()
@@ -228,6 +239,11 @@ class RayCollector(Collector):
         self.started_steps -= self.segment_size
 
     @property
+    def num_envs(self) -> int:
+        """``num_workers * envs_per_worker`` (once started, when ``num_workers`` comes from the cluster)."""
+        return (self.num_workers or 0) * self.envs_per_worker
+
+    @property
     def sampled_steps(self) -> int:
         """Steps known to the driver: delivered, waiting, lost with a failed worker, or reported at close."""
         return self._sampled_steps
@@ -269,7 +285,15 @@ class RayCollector(Collector):
             num_cpus=1,
             max_restarts=0,  # replaced by the driver, which counts the lost segment
             name=f"sb3_impact_worker_{self._run_id}_{index}_{self.restarts}",
-        ).remote(self.worker_env, self.envs_per_worker, self._policy_ref, self.sampler.n_steps, self._initial_version, seed)
+        ).remote(
+            self.worker_env,
+            self.envs_per_worker,
+            self._policy_ref,
+            self.sampler.n_steps,
+            self._initial_version,
+            seed,
+            first_env_id=index * self.envs_per_worker,
+        )
 
     def start(self) -> None:
         if self._start_time is not None:

@@ -55,6 +55,8 @@ class SegmentSampler:
         self.last_observation = last_observation
         self.policy_version = 0
         self.sampled_steps = 0
+        # Ids of the environments among all of a collector's (set by a Ray worker); None: 0 .. num_envs - 1.
+        self.env_ids: np.ndarray | None = None
         # gSDE (PPO-AMBER, PTR-PPO): new exploration noise at each segment and every sde_sample_freq steps, as SB3.
         self.sde_sample_freq = -1
         self._vec_normalize = unwrap_vec_normalize(env)
@@ -150,4 +152,5 @@ class SegmentSampler:
             policy_version=self.policy_version,
             collect_seconds=time.perf_counter() - start,
             extras={"original_rewards": np.stack(original_rewards)} if original_rewards else {},
+            env_ids=self.env_ids,
         )
