@@ -163,9 +163,7 @@ class EpisodeReplayMemory:
                 self._insert_episode(self.staging[env], truncated, final_observations[column], float(final_values[column]))
                 self.staging[env] = []
 
-    def close_staged_episodes(
-        self, value_fn: Callable[[list[Observation]], np.ndarray], env_ids: Any = None
-    ) -> int:
+    def close_staged_episodes(self, value_fn: Callable[[list[Observation]], np.ndarray], env_ids: Any = None) -> int:
         """
         End every running episode (of the environments ``env_ids``; None: all) as truncated: the observation
         that followed its last step is ``s_T`` and ``value_fn`` (observations -> values) gives ``V(s_T)``.
