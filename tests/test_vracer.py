@@ -373,6 +373,22 @@ def test_compiled_loss_matches_eager_and_trains(tmp_path):
     assert VRACER.load(tmp_path / "model.zip").compile_loss
 
 
+def test_compile_failure_warns_and_trains_uncompiled(monkeypatch):
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    def failing_compile(function):
+        def compiled(*args):
+            raise BackendCompilerFailed(failing_compile, RuntimeError("no C++ compiler"), None)
+
+        return compiled
+
+    monkeypatch.setattr(th, "compile", failing_compile)
+    model = small_model(compile_loss=True)
+    with pytest.warns(RuntimeWarning, match="could not build the loss"):
+        model.learn(400)
+    assert model._n_updates > 0 and model._compile_failed
+
+
 def test_short_learn_on_pendulum_logs_refer_quantities():
     model = small_model()
     writer = RecordingWriter()

@@ -2,6 +2,7 @@
 
 import io
 import pathlib
+import warnings
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
@@ -208,6 +209,7 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
         self.scale_rewards = scale_rewards
         self.compile_loss = compile_loss
         self._compiled_batch_loss: Callable[..., tuple[th.Tensor, ...]] | None = None
+        self._compile_failed = False
         self.beta = 1.0
         self.reward_scale = 1.0
         self.skipped_gradient_steps = 0
@@ -234,6 +236,7 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
             *super()._excluded_save_params(),
             *self._collection_excluded_save_params(),
             "_compiled_batch_loss",
+            "_compile_failed",
         ]
 
     @property
@@ -370,9 +373,14 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
         return loss, log_rhos, values.detach(), statistics
 
     def _batch_loss_function(self) -> Callable[..., tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]]:
-        """:meth:`_batch_loss`, compiled when ``compile_loss`` (c_max and beta then go in as 0-d tensors)."""
-        if not self.compile_loss:
+        """
+        :meth:`_batch_loss`, compiled when ``compile_loss`` (c_max and beta then go in as 0-d tensors). If the
+        compiler cannot build it (no C++ compiler, say), a RuntimeWarning says why and training goes on uncompiled.
+        """
+        if not self.compile_loss or self._compile_failed:
             return self._batch_loss
+        from torch._dynamo.exc import BackendCompilerFailed  # imported only when compiling
+
         if self._compiled_batch_loss is None:
             self._compiled_batch_loss = th.compile(self._batch_loss)
         compiled = self._compiled_batch_loss
@@ -385,8 +393,19 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
             c_max: float,
             beta: float,
         ) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
-            # c_max and beta as 0-d tensors: their new values each step do not recompile
-            return compiled(observations, actions, behaviour, q_ret, th.tensor(c_max), th.tensor(beta))
+            if self._compile_failed:
+                return self._batch_loss(observations, actions, behaviour, q_ret, c_max, beta)
+            try:  # c_max and beta as 0-d tensors: their new values each step do not recompile
+                return compiled(observations, actions, behaviour, q_ret, th.tensor(c_max), th.tensor(beta))
+            except BackendCompilerFailed as error:
+                self._compile_failed = True
+                warnings.warn(
+                    f"compile_loss=True: torch.compile could not build the loss ({str(error).splitlines()[0]}); "
+                    "training goes on without it",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                return self._batch_loss(observations, actions, behaviour, q_ret, c_max, beta)
 
         return batch_loss
 
