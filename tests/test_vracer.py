@@ -146,21 +146,26 @@ def test_loss_far_samples_give_only_the_kl_gradient():
     assert kl_inputs.grad is None or th.all(kl_inputs.grad == 0)
 
 
-def reference_loss_and_gradients(mean, log_std, values, actions, behaviour_mean, behaviour_log_std, q_ret, c_max, beta, rules):
+def reference_loss_and_gradients(
+    mean, log_std, values, actions, behaviour_mean, behaviour_log_std, q_ret, c_max, beta, rules, kl_direction="mu_pi"
+):
     """The autograd loss (refer_vracer_loss) and its gradient with respect to the network's outputs."""
     mean, log_std, values = (tensor.detach().clone().requires_grad_(True) for tensor in (mean, log_std, values))
     expanded = log_std.expand_as(mean)
     log_pi = diag_gaussian_log_prob(actions, mean, expanded)
     log_mu = diag_gaussian_log_prob(actions, behaviour_mean, behaviour_log_std)
     kl = diag_gaussian_kl(behaviour_mean, behaviour_log_std, mean, expanded)
-    loss, parts = refer_vracer_loss(log_pi, log_mu, values, q_ret, kl, c_max, beta, rules)
+    penalty = kl if kl_direction == "mu_pi" else diag_gaussian_kl(mean, expanded, behaviour_mean, behaviour_log_std)
+    loss, parts = refer_vracer_loss(log_pi, log_mu, values, q_ret, penalty, c_max, beta, rules)
+    parts["kl_mu_pi"] = kl.mean().detach()  # logged: D_KL(mu || pi) whichever the penalty
     loss.backward()
     return loss.detach(), parts, (mean.grad, log_std.grad, values.grad)
 
 
 @pytest.mark.parametrize("rules", [(1, 2), (1,), (2,), ()])
 @pytest.mark.parametrize("extreme", [False, True])
-def test_fused_loss_matches_the_autograd_loss(rules, extreme):
+@pytest.mark.parametrize("kl_direction", ["mu_pi", "pi_mu"])
+def test_fused_loss_matches_the_autograd_loss(rules, extreme, kl_direction):
     """The closed-form gradient of fused_refer_vracer_loss equals autograd's of refer_vracer_loss (eqs. 5, 9-11)."""
     gen = th.Generator().manual_seed(7)
     batch, dim = 64, 3
@@ -173,10 +178,10 @@ def test_fused_loss_matches_the_autograd_loss(rules, extreme):
     actions = behaviour_mean + th.exp(behaviour_log_std) * th.randn(batch, dim, generator=gen, dtype=th.float64)
     values, q_ret = th.randn(batch, generator=gen, dtype=th.float64), 5 * th.randn(batch, generator=gen, dtype=th.float64)
     inputs = (mean, log_std, values, actions, behaviour_mean, behaviour_log_std, q_ret, 2.5, 0.8)
-    expected_loss, parts, expected_grads = reference_loss_and_gradients(*inputs, rules)
+    expected_loss, parts, expected_grads = reference_loss_and_gradients(*inputs, rules, kl_direction)
 
     leaves = [tensor.clone().requires_grad_(True) for tensor in inputs[:3]]
-    loss, log_rhos, statistics = fused_refer_vracer_loss(*leaves, *inputs[3:], rules)
+    loss, log_rhos, statistics = fused_refer_vracer_loss(*leaves, *inputs[3:], rules, kl_direction)
     loss.backward()
     th.testing.assert_close(loss.detach(), expected_loss)
     th.testing.assert_close(log_rhos, parts["log_rhos"])
@@ -189,7 +194,9 @@ def test_fused_loss_matches_the_autograd_loss(rules, extreme):
         assert log_rhos.abs().max() > 50 and (1 not in rules or 0.3 < parts["batch_near_fraction"] < 0.7)
 
     # c_max and beta as 0-d tensors (the compiled path): the same result
-    tensor_loss, _, tensor_statistics = fused_refer_vracer_loss(*inputs[:7], th.tensor(2.5), th.tensor(0.8), rules)
+    tensor_loss, _, tensor_statistics = fused_refer_vracer_loss(
+        *inputs[:7], th.tensor(2.5), th.tensor(0.8), rules, kl_direction
+    )
     th.testing.assert_close(tensor_loss, expected_loss)
     th.testing.assert_close(tensor_statistics, statistics.detach())
 
@@ -389,6 +396,33 @@ def test_compile_failure_warns_and_trains_uncompiled(monkeypatch):
     assert model._n_updates > 0 and model._compile_failed
 
 
+def test_smarties_options_train_and_round_trip(tmp_path):
+    """The options that follow the authors' code (smarties) instead of the paper: they train, save and load."""
+    policy_kwargs = dict(net_arch=[32, 32], std_parameterization="smarties", weight_init="glorot", clip_env_actions=False)
+    model = VRACER(
+        "MlpPolicy",
+        "Pendulum-v1",
+        seed=0,
+        policy_kwargs=policy_kwargs,
+        kl_direction="pi_mu",
+        observation_statistics_rate=0.5,
+        **SMALL,
+    )
+    standardizer = model.policy.obs_standardizer
+    model.learn(700)
+    mean_before = standardizer.statistics()[""][0].clone()
+    model.replay_buffer.observations[""][: len(model.replay_buffer)] += 10.0  # the memory's mean moves by 10
+    memory_mean = th.as_tensor(model.replay_buffer.observation_statistics()[""][0], dtype=th.float32)
+    model._adapt_observation_statistics()
+    th.testing.assert_close(standardizer.statistics()[""][0], 0.5 * (mean_before + memory_mean))  # half way
+    assert th.exp(2 * model.policy.log_std()).min() > 0
+    assert model.policy.env_actions(np.array([[2.0]]))[0, 0] == pytest.approx(4.0)  # unclipped, unscaled to [-2, 2]
+    model.save(tmp_path / "model.zip")
+    loaded = VRACER.load(tmp_path / "model.zip")
+    assert (loaded.kl_direction, loaded.observation_statistics_rate) == ("pi_mu", 0.5)
+    assert loaded.policy.std_parameterization == "smarties" and not loaded.policy.clip_env_actions
+
+
 def test_short_learn_on_pendulum_logs_refer_quantities():
     model = small_model()
     writer = RecordingWriter()
@@ -526,6 +560,10 @@ def test_dict_observations_with_multi_input_policy():
         (dict(refer_rules=(True,)), "refer_rules"),
         (dict(refer_rules=1), "refer_rules"),
         (dict(retrace_interval=0), "retrace_interval"),
+        (dict(observation_statistics_rate=1.5), "observation_statistics_rate"),
+        (dict(kl_direction="pi||mu"), "kl_direction"),
+        (dict(policy_kwargs=dict(std_parameterization="exp")), "std_parameterization"),
+        (dict(policy_kwargs=dict(weight_init="orthogonal")), "weight_init"),
     ],
 )
 def test_bad_input_names_the_parameter(kwargs, name):

@@ -94,6 +94,7 @@ class _FusedReFERVRACERLoss(th.autograd.Function):
         beta: float | th.Tensor,
         rule_1: bool,
         rule_2: bool,
+        kl_pi_mu: bool,
     ) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
         batch_size = values.shape[0]
         inverse_std = th.exp(-log_std)
@@ -123,16 +124,30 @@ class _FusedReFERVRACERLoss(th.autograd.Function):
         log_pi = (-0.5 * z_pi.square() - log_std).sum(-1) - 0.5 * LOG_2PI * mean.shape[-1]
         value_losses = 0.5 * td_errors.square()
         loss = scale * (value_losses.sum() - (policy_weights * log_pi).sum())
-        # eq. 11: D_KL(mu || pi), logged with every rule set; its gradient enters with rule 2 (eq. 10)
+        # eq. 11: D_KL(mu || pi) = sum log s_pi - log s_mu + (s_mu^2 + (m_mu - m_pi)^2) / (2 s_pi^2) - 1/2, logged with
+        # every rule set; with rule 2 (eq. 10) its gradient, or that of smarties' D_KL(pi || mu), on every sample
         inverse_variance = inverse_std.square()
-        mean_gap = behaviour_mean - mean
+        mean_gap = mean - behaviour_mean
         spread = (th.exp(2.0 * behaviour_log_std) + mean_gap.square()) * inverse_variance
         kl_mean = (log_std - behaviour_log_std + 0.5 * spread - 0.5).sum(-1).mean()
-        if rule_2:  # -(1 - beta) grad D_KL(mu || pi) on every sample
+        if rule_2:
+            if kl_pi_mu:  # D_KL(pi || mu) = sum log s_mu - log s_pi + (s_pi^2 + (m_pi - m_mu)^2) / (2 s_mu^2) - 1/2
+                inverse_behaviour_variance = th.exp(-2.0 * behaviour_log_std)
+                variance_ratio = th.exp(2.0 * (log_std - behaviour_log_std))
+                penalty_kl = (
+                    behaviour_log_std - log_std + 0.5 * (variance_ratio + mean_gap.square() * inverse_behaviour_variance)
+                )
+                penalty_mean = (penalty_kl - 0.5).sum(-1).mean()
+                kl_grad_mean = mean_gap * inverse_behaviour_variance
+                kl_grad_log_std = variance_ratio - 1.0
+            else:
+                penalty_mean = kl_mean
+                kl_grad_mean = mean_gap * inverse_variance
+                kl_grad_log_std = 1.0 - spread
             penalty = (1.0 - beta) / batch_size
-            grad_mean = grad_mean - penalty * mean_gap * inverse_variance
-            grad_log_std = grad_log_std + penalty * (1.0 - spread)
-            loss = loss + (1.0 - beta) * kl_mean
+            grad_mean = grad_mean + penalty * kl_grad_mean
+            grad_log_std = grad_log_std + penalty * kl_grad_log_std
+            loss = loss + (1.0 - beta) * penalty_mean
         ctx.save_for_backward(grad_mean, grad_log_std.sum_to_size(log_std.shape), grad_values)
         statistics = th.stack(
             [
@@ -149,7 +164,7 @@ class _FusedReFERVRACERLoss(th.autograd.Function):
     @staticmethod
     def backward(ctx: th.autograd.function.FunctionCtx, grad_loss: th.Tensor, *_: th.Tensor) -> tuple:  # type: ignore[override]
         grad_mean, grad_log_std, grad_values = ctx.saved_tensors  # type: ignore[attr-defined]
-        return grad_loss * grad_mean, grad_loss * grad_log_std, grad_loss * grad_values, *([None] * 8)
+        return grad_loss * grad_mean, grad_loss * grad_log_std, grad_loss * grad_values, *([None] * 9)
 
 
 def fused_refer_vracer_loss(
@@ -163,6 +178,7 @@ def fused_refer_vracer_loss(
     c_max: float | th.Tensor,
     beta: float | th.Tensor,
     refer_rules: tuple[int, ...] = (1, 2),
+    kl_direction: str = "mu_pi",
 ) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
     """
     :func:`refer_vracer_loss` of the diagonal Gaussian ``pi = N(mean, exp(log_std)^2)`` against the stored
@@ -172,7 +188,7 @@ def fused_refer_vracer_loss(
       weighted by ``-beta rho (Q_ret - V) / B`` on near-policy samples;
     - eq. 9: ``d / d V = -beta rho_bar (Q_ret - V) / B`` on near-policy samples;
     - eq. 11: ``(1 - beta) / B`` times the gradient of ``D_KL(mu || pi)`` on every sample
-      (:func:`~sb3_impact.common.refer.diag_gaussian_kl_grad`).
+      (:func:`~sb3_impact.common.refer.diag_gaussian_kl_grad`), or of ``D_KL(pi || mu)`` with ``kl_direction="pi_mu"``.
 
     Same loss value and gradient as :func:`refer_vracer_loss` (tested against it, extreme ratios included).
 
@@ -187,6 +203,8 @@ def fused_refer_vracer_loss(
         tensor does not trigger a recompilation when it changes)
     :param beta: the current penalty coefficient (rule 2), a number or a 0-d tensor
     :param refer_rules: the rules in use, as in :func:`refer_vracer_loss`
+    :param kl_direction: ``"mu_pi"``: the penalty is ``D_KL(mu || pi)`` (eq. 11); ``"pi_mu"``: ``D_KL(pi || mu)``
+        (smarties), with its own closed-form gradient
     :return: ``(loss, log_rhos [B], statistics [5])``, the statistics named by :data:`LOSS_STATISTICS`
     """
     return _FusedReFERVRACERLoss.apply(
@@ -201,4 +219,5 @@ def fused_refer_vracer_loss(
         beta,
         1 in refer_rules,
         2 in refer_rules,
+        kl_direction == "pi_mu",
     )

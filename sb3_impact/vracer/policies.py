@@ -31,6 +31,8 @@ from torch.nn import functional as F
 from sb3_impact.common.refer import diag_gaussian_log_prob
 
 TRUNCATION_STDS = 3.0
+STD_PARAMETERIZATIONS = ("softplus_variance", "smarties")
+WEIGHT_INITS = ("pytorch", "glorot")
 STANDARDIZATION_EPSILON = 1e-7  # appendix B
 
 
@@ -147,6 +149,12 @@ class VRACERPolicy(BasePolicy):
     :param net_arch: Hidden layer sizes of the shared MLP (paper: two layers of 128)
     :param activation_fn: Activation function (paper: Softsign; :class:`Softsign` computes it with a shorter backward pass)
     :param initial_variance: Initial diagonal variance of the Gaussian policy (paper: 0.2)
+    :param std_parameterization: How the free parameter ``p`` gives the std: ``"softplus_variance"`` (the paper's
+        appendix A: ``sigma^2 = softplus(p)``) or ``"smarties"`` (the authors' code: ``sigma = (p + sqrt(1 + p^2)) / 2``)
+    :param weight_init: The hidden layers' initialisation: ``"pytorch"`` (``nn.Linear``'s default) or ``"glorot"``
+        (appendix A and smarties: Glorot-uniform weights and biases, bound ``sqrt(6 / (fan_in + fan_out))``)
+    :param clip_env_actions: Clip the sampled actions to [-1, 1] before the environment (True); False sends them
+        unclipped, as smarties does, so that an environment whose cost grows with the action penalises ``|a| > 1``
     :param features_extractor_class: Features extractor to use
     :param features_extractor_kwargs: Keyword arguments to pass to the features extractor
     :param normalize_images: Whether to normalize images or not, dividing by 255.0
@@ -163,6 +171,9 @@ class VRACERPolicy(BasePolicy):
         net_arch: list[int] | None = None,
         activation_fn: type[nn.Module] = Softsign,
         initial_variance: float = 0.2,
+        std_parameterization: str = "softplus_variance",
+        weight_init: str = "pytorch",
+        clip_env_actions: bool = True,
         features_extractor_class: type[BaseFeaturesExtractor] = FlattenExtractor,
         features_extractor_kwargs: dict[str, Any] | None = None,
         normalize_images: bool = True,
@@ -178,6 +189,10 @@ class VRACERPolicy(BasePolicy):
             optimizer_kwargs = {"fused": True}
         if not initial_variance > 0:
             raise ValueError(f"initial_variance must be positive, got {initial_variance}")
+        if std_parameterization not in STD_PARAMETERIZATIONS:
+            raise ValueError(f"std_parameterization must be one of {STD_PARAMETERIZATIONS}, got {std_parameterization!r}")
+        if weight_init not in WEIGHT_INITS:
+            raise ValueError(f"weight_init must be one of {WEIGHT_INITS}, got {weight_init!r}")
         super().__init__(
             observation_space,
             action_space,
@@ -191,6 +206,9 @@ class VRACERPolicy(BasePolicy):
         self.net_arch = [128, 128] if net_arch is None else list(net_arch)
         self.activation_fn = activation_fn
         self.initial_variance = initial_variance
+        self.std_parameterization = std_parameterization
+        self.weight_init = weight_init
+        self.clip_env_actions = clip_env_actions
         self.action_dim = int(np.prod(action_space.shape))
 
         self.obs_standardizer = ObservationStandardizer(observation_space)
@@ -200,7 +218,18 @@ class VRACERPolicy(BasePolicy):
         latent_dim = self.net_arch[-1] if self.net_arch else self.features_dim
         self.value_net = nn.Linear(latent_dim, 1)
         self.action_net = nn.Linear(latent_dim, self.action_dim)
-        self.variance_parameter = nn.Parameter(th.full((self.action_dim,), softplus_inverse(initial_variance)))
+        if std_parameterization == "softplus_variance":
+            initial_parameter = softplus_inverse(initial_variance)
+        else:  # the inverse of sigma = (p + sqrt(1 + p^2)) / 2 is p = sigma - 1 / (4 sigma)
+            initial_std = math.sqrt(initial_variance)
+            initial_parameter = initial_std - 1.0 / (4.0 * initial_std)
+        self.variance_parameter = nn.Parameter(th.full((self.action_dim,), initial_parameter))
+        if weight_init == "glorot":
+            for layer in self.shared_net:
+                if isinstance(layer, nn.Linear):
+                    bound = math.sqrt(6.0 / (layer.in_features + layer.out_features))
+                    nn.init.uniform_(layer.weight, -bound, bound)
+                    nn.init.uniform_(layer.bias, -bound, bound)
         # Appendix A: near-zero outputs at the start, U[-0.1/sqrt(fan_in), 0.1/sqrt(fan_in)], zero bias
         for head in (self.value_net, self.action_net):
             bound = 0.1 / math.sqrt(latent_dim)
@@ -215,6 +244,9 @@ class VRACERPolicy(BasePolicy):
                 net_arch=self.net_arch,
                 activation_fn=self.activation_fn,
                 initial_variance=self.initial_variance,
+                std_parameterization=self.std_parameterization,
+                weight_init=self.weight_init,
+                clip_env_actions=self.clip_env_actions,
                 lr_schedule=self._dummy_schedule,  # as SB3's policies: the algorithm sets the real learning rate
                 features_extractor_class=self.features_extractor_class,
                 features_extractor_kwargs=self.features_extractor_kwargs,
@@ -230,7 +262,10 @@ class VRACERPolicy(BasePolicy):
         return (features_extractor or self.features_extractor)(self.obs_standardizer(preprocessed))
 
     def log_std(self) -> th.Tensor:
-        """``log sqrt(softplus(parameter))``: the state-independent log standard deviation."""
+        """The state-independent log standard deviation: ``log sqrt(softplus(p))`` or ``log((p + sqrt(1 + p^2)) / 2)``."""
+        if self.std_parameterization == "smarties":
+            p = self.variance_parameter
+            return th.log(0.5 * (p + th.sqrt(1.0 + p * p)) + 1e-12)
         return 0.5 * th.log(F.softplus(self.variance_parameter) + 1e-12)
 
     def forward_parts(self, obs: PyTorchObs) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
@@ -269,9 +304,12 @@ class VRACERPolicy(BasePolicy):
         return actions, diag_gaussian_log_prob(actions, mean, log_std), params
 
     def env_actions(self, actions: np.ndarray) -> np.ndarray:
-        """What the environment is stepped with: the stored actions clipped to [-1, 1] and unscaled to its bounds."""
+        """
+        What the environment is stepped with: the stored actions clipped to [-1, 1] (unless ``clip_env_actions`` is
+        False) and unscaled to its bounds.
+        """
         actions = np.asarray(actions).reshape((-1, *self.action_space.shape))
-        return self.unscale_action(np.clip(actions, -1.0, 1.0))
+        return self.unscale_action(np.clip(actions, -1.0, 1.0) if self.clip_env_actions else actions)
 
     def predict_values(self, obs: PyTorchObs) -> th.Tensor:
         return self.forward_parts(obs)[2]

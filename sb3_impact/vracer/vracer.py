@@ -37,6 +37,8 @@ from sb3_impact.vracer.policies import CnnPolicy, MlpPolicy, MultiInputPolicy, V
 SelfVRACER = TypeVar("SelfVRACER", bound="VRACER")
 
 REWARD_SCALE_EPSILON = 1e-7  # appendix B
+KL_DIRECTIONS = ("mu_pi", "pi_mu")
+OBSERVATION_STATISTICS_INTERVAL = 1000  # gradient steps between two updates of the state mean/std (smarties)
 
 
 def segment_steps(train_freq: Any) -> int:
@@ -102,7 +104,11 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
     :param retrace_interval: gradient steps between two recomputations of every stored Q_ret from the stored
         V and rho (and of the reward scale); sampled steps also update Q_ret one step back at once
     :param standardize_states: standardise observations with the replay-memory mean and std (appendix B)
+    :param observation_statistics_rate: 0 (the paper): the state mean/std stay those of the warm-up; above 0 (the
+        authors' code, smarties), every 1000 gradient steps they move toward the memory's by this fraction
     :param scale_rewards: divide rewards by ``sqrt(E[r^2])`` over the replay memory (appendix B)
+    :param kl_direction: the rule-2 penalty: ``"mu_pi"`` is ``D_KL(mu || pi)`` (eq. 11), ``"pi_mu"`` is
+        ``D_KL(pi || mu)`` (smarties); ``train/kl_mu_pi`` logs ``D_KL(mu || pi)`` either way
     :param compile_loss: ``torch.compile`` the network's forward pass and the loss (and so their backward pass)
         on the first gradient step (it takes seconds and a C++ compiler on CPU); see docs/algorithms/vracer.md
         ("Cost of a gradient step") for what it saves
@@ -147,7 +153,9 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
         refer_rules: tuple[int, ...] | list[int] = (1, 2),
         retrace_interval: int = 100,
         standardize_states: bool = True,
+        observation_statistics_rate: float = 0.0,
         scale_rewards: bool = True,
+        kl_direction: str = "mu_pi",
         compile_loss: bool = False,
         collector: str | type[Collector] = "sync",
         collector_kwargs: dict[str, Any] | None = None,
@@ -170,6 +178,10 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
             raise ValueError(f"gamma must be in (0, 1], got {gamma}")
         if learning_starts < 0:
             raise ValueError(f"learning_starts must be non-negative, got {learning_starts}")
+        if not 0.0 <= observation_statistics_rate <= 1.0:
+            raise ValueError(f"observation_statistics_rate must be in [0, 1], got {observation_statistics_rate}")
+        if kl_direction not in KL_DIRECTIONS:
+            raise ValueError(f"kl_direction must be one of {KL_DIRECTIONS}, got {kl_direction!r}")
         env = self._init_collection(env, collector, collector_kwargs)
         segment_steps(train_freq)
         super().__init__(
@@ -206,7 +218,9 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
         self.refer_d = refer_d
         self.retrace_interval = retrace_interval
         self.standardize_states = standardize_states
+        self.observation_statistics_rate = observation_statistics_rate
         self.scale_rewards = scale_rewards
+        self.kl_direction = kl_direction
         self.compile_loss = compile_loss
         self._compiled_batch_loss: Callable[..., tuple[th.Tensor, ...]] | None = None
         self._compile_failed = False
@@ -338,6 +352,21 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
             # The stored V(s_T) were computed before standardisation: refresh them with Q_ret
             self._memory_estimates_stale = True
 
+    def _adapt_observation_statistics(self) -> None:
+        """smarties' rule: the state mean and std move toward the memory's by ``observation_statistics_rate``."""
+        rate = self.observation_statistics_rate
+        standardizer = self.policy.obs_standardizer
+        current = standardizer.statistics()
+        target = self.replay_buffer.observation_statistics()
+        standardizer.set_statistics(
+            {
+                key: tuple(
+                    (1.0 - rate) * now.cpu().numpy() + rate * goal for now, goal in zip(current[key], target[key], strict=True)
+                )
+                for key in current
+            }
+        )
+
     def _update_memory_estimates(self) -> None:
         """
         Reward scale (eq. 16), V(s_T) of truncated episodes, every Q_ret from the stored V and rho (eq. 8), and the
@@ -368,7 +397,17 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
         mean, log_std, values = self.policy.forward_parts(observations)
         behaviour_mean, behaviour_log_std = behaviour.chunk(2, dim=1)
         loss, log_rhos, statistics = fused_refer_vracer_loss(
-            mean, log_std, values, actions, behaviour_mean, behaviour_log_std, q_ret, c_max, beta, self.refer_rules
+            mean,
+            log_std,
+            values,
+            actions,
+            behaviour_mean,
+            behaviour_log_std,
+            q_ret,
+            c_max,
+            beta,
+            self.refer_rules,
+            self.kl_direction,
         )
         return loss, log_rhos, values.detach(), statistics
 
@@ -420,11 +459,14 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
         mode_dependent = has_mode_dependent_layers(self.policy)
         optimizer = self.policy.optimizer
         batch_loss = self._batch_loss_function()
+        adapt_statistics = self.standardize_states and self.observation_statistics_rate > 0
         statistics_sum = th.zeros(len(LOSS_STATISTICS), device=self.device)
         far_fraction_sum = 0.0
         for _ in range(gradient_steps):
             if self._memory_estimates_stale or self._n_updates % self.retrace_interval == 0:
                 self._update_memory_estimates()
+            if adapt_statistics and self._n_updates % OBSERVATION_STATISTICS_INTERVAL == 0 and self._n_updates > 0:
+                self._adapt_observation_statistics()
             c_max, learning_rate = self.c_max, self.current_learning_rate()
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate
