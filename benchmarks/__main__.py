@@ -18,7 +18,7 @@ SUBCOMMANDS = {
     "throughput": "collection, learning and asynchronous time per batch (T / max(C, L))",
     "plot": "learning curves from the CSV files of run",
     "report": "markdown tables for docs/results.md from the JSON files",
-    "ray_scaling": "environment steps per second of the Ray collector against its number of workers",
+    "ray_scaling": "the Ray collector against its number of workers: collector alone, learn(), learner ceiling",
     "ppo_amber_active_batches": "PPO-AMBER's active batches and replay ratios over training",
     "gradient_step_cost": "ms per gradient step of V-RACER, SAC, SACReFER... side by side, with the arithmetic floor",
     "vracer_ablation": "V-RACER with each subset of the ReF-ER rules",

@@ -1,73 +1,135 @@
 """
-Scaling of the Ray collector: environment steps per second with 1, 2, 4, ... workers, and the ratio to linear.
+Scaling of the Ray collector with its number of workers, with the parts measured apart.
 
-    python -m benchmarks.ray_scaling --workers 1 2 4 8 14 --out results/ray_scaling
+    python -m benchmarks ray_scaling --workers 1 2 4 8 16 --step-sleep 0.005 --out results/ray_scaling
 
-Two measurements per worker count (``--modes``):
-- ``collect``: the collector alone, with a fixed policy (no learning, no broadcasts); the driver only takes
-  segments, so this is the throughput the workers can deliver;
-- ``learn``: IMPACT's full ``learn()`` with ``collector="ray"``, counting environment steps per second of
-  training time (the learner consumes one segment per ``max_batch_reuse`` gradient steps, so with a small
-  learner this is bound by the learner, not by the workers).
+The environment is :class:`benchmarks.simulated_env.SimulatedEnv` (``--env`` takes another id): each step
+waits ``--step-sleep`` seconds and keeps a core busy for ``--step-cpu`` seconds, with ``--obs-size`` float32
+entries, so one worker's environments allow at most ``envs_per_worker / (step_sleep + step_cpu)`` steps/s.
+Three measurements (``--modes``):
 
-Efficiency is ``steps_per_s(n) / (n * steps_per_s(1))`` (1.0 is linear scaling). Ray is started locally with
-``max(--workers, CPUs)`` logical CPUs, so worker counts above the machine's cores are oversubscribed (marked
-in the outputs). Writes ray_scaling.json, ray_scaling.csv and ray_scaling.png into ``--out``.
+- ``collect``: the collector alone, for each worker count. The driver only takes segments (fixed policy, no
+  learning, no broadcasts): the throughput the workers deliver, with the driver's time per segment and the
+  bytes of a segment;
+- ``ceiling``: the learner alone. IMPACT's ``learn()`` is fed segments recorded once and handed out again at
+  no cost (:class:`ReplayedSegments`): the environment steps per second the learner can consume;
+- ``learn``: IMPACT's full ``learn()`` with ``collector="ray"``, for each worker count: environment steps per
+  second of training time (from the moment every worker is running).
+
+``collect`` rows give ``efficiency`` = ``steps_per_s(n) / (n * steps_per_s(1))`` (1.0 is linear scaling);
+``learn`` rows give ``of_ceiling`` = ``steps_per_s / ceiling``. Ray is started locally with this machine's
+CPUs (``--ray-cpus`` to change); each worker asks for ``--num-cpus-per-worker`` CPUs (default: the CPUs
+shared by the largest worker count, at most 1), so that workers which mostly sleep can share cores.
+Repeats are interleaved over worker counts and the median is kept. Writes ray_scaling.json, .csv and .png
+into ``--out``.
 """
 
 import argparse
 import csv
+import dataclasses
+import functools
 import json
 import logging
 import os
+import pickle
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch as th
 from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.env_util import make_vec_env
 
 from benchmarks.common import machine_description, write_json
+from benchmarks.simulated_env import SimulatedEnv
 from sb3_impact import IMPACT
+from sb3_impact.common.collectors.base import Collector, CollectorError
+from sb3_impact.common.segments import Segment
 
-CSV_FIELDS = ["mode", "workers", "steps_per_s", "efficiency", "oversubscribed", "worker_steps_per_s_min", "repeats"]
+CSV_FIELDS = [
+    "mode",
+    "workers",
+    "steps_per_s",
+    "segments_per_s",
+    "efficiency",
+    "of_ceiling",
+    "env_limit_steps_per_s",
+    "worker_steps_per_s_min",
+    "driver_ms_per_segment",
+    "bytes_per_segment",
+    "repeats",
+]
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def env_factory(args: argparse.Namespace) -> Any:
+    """What the workers build their environments from: an id, or a picklable SimulatedEnv factory."""
+    if args.env != "SimulatedEnv-v0":
+        return args.env
+    return functools.partial(
+        SimulatedEnv, step_sleep=args.step_sleep, step_cpu=args.step_cpu, obs_size=args.obs_size, episode_steps=1000
+    )
 
 
 def build_model(args: argparse.Namespace, n_workers: int) -> IMPACT:
+    collector_kwargs = dict(
+        num_workers=n_workers,
+        envs_per_worker=args.envs_per_worker,
+        queue_size=args.queue_size,
+        num_cpus_per_worker=args.num_cpus_per_worker,
+    )
     return IMPACT(
         "MlpPolicy",
-        args.env,
+        env_factory(args),
         collector="ray",
-        collector_kwargs=dict(num_workers=n_workers, envs_per_worker=args.envs_per_worker, queue_size=args.queue_size),
+        collector_kwargs=collector_kwargs,
         n_steps=args.n_steps,
         seed=0,
         device="cpu",
     )
 
 
-def measure_collection(args: argparse.Namespace, n_workers: int) -> dict[str, float]:
-    """Steps/s the collector delivers to a driver that only takes segments, after every worker delivered some."""
-    model = build_model(args, n_workers)
-    model._last_obs = model.env.reset()
-    collector = model._make_collector()  # no step budget: it collects until closed
-    collector.start()
-    try:
-        deadline = time.monotonic() + 600
-        while min(slot.delivered_steps for slot in collector._slots) < 2 * collector.segment_size:
-            collector.get_segment()
-            if time.monotonic() > deadline:
-                raise RuntimeError("the workers did not all deliver within 600s")
-        worker_steps = [slot.delivered_steps for slot in collector._slots]
-        steps, start = collector.delivered_steps, time.perf_counter()
-        while time.perf_counter() - start < args.seconds:
-            collector.get_segment()
-        seconds = time.perf_counter() - start
-        slots = collector._slots
-        per_worker = [(slot.delivered_steps - before) / seconds for slot, before in zip(slots, worker_steps, strict=True)]
-        return {"steps_per_s": (collector.delivered_steps - steps) / seconds, "worker_steps_per_s_min": min(per_worker)}
-    finally:
-        collector.close()
+class ReplayedSegments(Collector):
+    """
+    Hands out ``recorded`` segments collected once at :meth:`start`, again and again at no cost (fresh array
+    copies, stamped with the newest policy version): a learner fed by it runs at its own ceiling.
+    """
+
+    continues_episodes = False
+
+    def __init__(self, sampler: Any, recorded: int = 4) -> None:
+        super().__init__(sampler)
+        self.recorded = recorded
+        self._segments: list[Segment] = []
+        self._version = sampler.policy_version
+
+    def start(self) -> None:
+        self._segments = [self.sampler.collect() for _ in range(self.recorded)]
+
+    def get_segment(self) -> Segment:
+        if not self._take_budget():
+            raise CollectorError(f"the step budget of this learn() call ({self.step_budget} steps) is spent")
+        segment = self._segments[(self.delivered_steps // self.segment_size) % self.recorded]
+        copies = {
+            name: np.copy(value)
+            for name, value in vars(segment).items()
+            if isinstance(value, np.ndarray) and name != "env_ids"
+        }
+        self.delivered_steps += segment.size
+        return dataclasses.replace(segment, **copies, policy_version=self._version, collect_seconds=0.0)
+
+    @property
+    def sampled_steps(self) -> int:
+        """A replayed step counts as sampled, so that the learner's accounting (sampled = trained + dropped) holds."""
+        return self.delivered_steps
+
+    def broadcast(self, state_dict: dict[str, th.Tensor], version: int) -> None:
+        self._version = version
+
+    def close(self) -> None:
+        """Nothing runs in the background."""
 
 
 class TrainingClock(BaseCallback):
@@ -83,124 +145,225 @@ class TrainingClock(BaseCallback):
         self.steps, self.seconds = self.num_timesteps - self.start_steps, time.perf_counter() - self.start
 
 
+def measure_collection(args: argparse.Namespace, n_workers: int) -> dict[str, float]:
+    """Steps/s the collector delivers to a driver that only takes segments, after every worker delivered some."""
+    model = build_model(args, n_workers)
+    model._last_obs = model.env.reset()
+    collector = model._make_collector()  # no step budget: it collects until closed
+    collector.start()
+    try:
+        deadline = time.monotonic() + 600
+        while min(slot.delivered_steps for slot in collector._slots) < 2 * collector.segment_size:
+            segment = collector.get_segment()
+            if time.monotonic() > deadline:
+                raise RuntimeError("the workers did not all deliver within 600s")
+        bytes_per_segment = len(pickle.dumps(segment, protocol=5))
+        worker_steps = [slot.delivered_steps for slot in collector._slots]
+        steps, segments, driver_seconds = collector.delivered_steps, collector.delivered_segments, collector.driver_seconds
+        start = time.perf_counter()
+        while time.perf_counter() - start < args.seconds:
+            collector.get_segment()
+        seconds = time.perf_counter() - start
+        slots = collector._slots
+        per_worker = [(slot.delivered_steps - before) / seconds for slot, before in zip(slots, worker_steps, strict=True)]
+        new_segments = collector.delivered_segments - segments
+        return {
+            "steps_per_s": (collector.delivered_steps - steps) / seconds,
+            "segments_per_s": new_segments / seconds,
+            "worker_steps_per_s_min": min(per_worker),
+            "driver_ms_per_segment": 1e3 * (collector.driver_seconds - driver_seconds) / max(new_segments, 1),
+            "bytes_per_segment": bytes_per_segment,
+        }
+    finally:
+        collector.close()
+
+
 def measure_learning(args: argparse.Namespace, n_workers: int) -> dict[str, float]:
     model = build_model(args, n_workers)
     clock = TrainingClock()
     model.learn(args.learn_steps, callback=clock)
-    per_worker = [value for key, value in model.collector_stats.items() if key.startswith("worker_")]
-    return {"steps_per_s": clock.steps / clock.seconds, "worker_steps_per_s_min": min(per_worker)}
+    stats = model.collector_stats
+    per_worker = [value for key, value in stats.items() if key.startswith("worker_")]
+    steps_per_s = clock.steps / clock.seconds
+    return {
+        "steps_per_s": steps_per_s,
+        "segments_per_s": steps_per_s / (args.n_steps * args.envs_per_worker),
+        "worker_steps_per_s_min": min(per_worker),
+        "driver_ms_per_segment": stats.get("driver_ms_per_segment", float("nan")),
+    }
 
 
-def plot(rows: list[dict[str, Any]], path: Path, cpus: int) -> None:
+def measure_ceiling(args: argparse.Namespace) -> dict[str, float]:
+    """Steps/s IMPACT's learner consumes when segments cost nothing: its ceiling for any number of workers."""
+    env = make_vec_env(env_factory(args), n_envs=args.envs_per_worker, seed=0)
+    model = IMPACT("MlpPolicy", env, collector=ReplayedSegments, n_steps=args.n_steps, seed=0, device="cpu")
+    clock = TrainingClock()
+    model.learn(args.learn_steps, callback=clock)
+    env.close()
+    steps_per_s = clock.steps / clock.seconds
+    return {"steps_per_s": steps_per_s, "segments_per_s": steps_per_s / (args.n_steps * args.envs_per_worker)}
+
+
+def env_limit(args: argparse.Namespace, n_workers: int) -> float | None:
+    """Steps/s the workers' environments allow (their stated step cost), for SimulatedEnv."""
+    step_seconds = args.step_sleep + args.step_cpu
+    if args.env != "SimulatedEnv-v0" or step_seconds <= 0:
+        return None
+    return n_workers * args.envs_per_worker / step_seconds
+
+
+def summarize(args: argparse.Namespace, results: dict[tuple[str, int], list[dict[str, float]]]) -> list[dict[str, Any]]:
+    def median(measured: list[dict[str, float]], key: str) -> float | None:
+        values = [result[key] for result in measured if key in result]
+        return round(float(statistics.median(values)), 3) if values else None
+
+    ceiling = median(results.get(("ceiling", 0), []), "steps_per_s")
+    rows: list[dict[str, Any]] = []
+    for mode in args.modes:
+        baseline = None
+        for (row_mode, n_workers), measured in sorted(results.items()):
+            if row_mode != mode:
+                continue
+            rate = median(measured, "steps_per_s")
+            if mode == "collect" and n_workers == min(args.workers):
+                baseline = rate / n_workers
+            limit = env_limit(args, n_workers) if mode != "ceiling" else None
+            rows.append(
+                {
+                    "mode": mode,
+                    "workers": n_workers,
+                    "steps_per_s": rate,
+                    "segments_per_s": median(measured, "segments_per_s"),
+                    "efficiency": round(rate / (n_workers * baseline), 3) if mode == "collect" and baseline else None,
+                    "of_ceiling": round(rate / ceiling, 3) if mode == "learn" and ceiling else None,
+                    "env_limit_steps_per_s": round(limit, 1) if limit else None,
+                    "worker_steps_per_s_min": median(measured, "worker_steps_per_s_min"),
+                    "driver_ms_per_segment": median(measured, "driver_ms_per_segment"),
+                    "bytes_per_segment": median(measured, "bytes_per_segment"),
+                    "repeats": len(measured),
+                }
+            )
+    return rows
+
+
+def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, (rate_axis, efficiency_axis) = plt.subplots(1, 2, figsize=(10, 4))
-    for mode in sorted({row["mode"] for row in rows}):
-        mode_rows = sorted((row for row in rows if row["mode"] == mode), key=lambda row: row["workers"])
-        workers = [row["workers"] for row in mode_rows]
-        (line,) = rate_axis.plot(workers, [row["steps_per_s"] for row in mode_rows], "o-", label=mode)
-        if mode_rows[0]["workers"] == 1:
-            linear = [mode_rows[0]["steps_per_s"] * n for n in workers]
-            rate_axis.plot(workers, linear, ":", color=line.get_color(), label=f"{mode}, linear")
-        efficiency_axis.plot(workers, [row["efficiency"] for row in mode_rows], "o-", color=line.get_color(), label=mode)
+    figure, (rate_axis, efficiency_axis) = plt.subplots(1, 2, figsize=(11, 4.2))
+    collect = sorted((row for row in rows if row["mode"] == "collect"), key=lambda row: row["workers"])
+    learn = sorted((row for row in rows if row["mode"] == "learn"), key=lambda row: row["workers"])
+    ceiling = next((row["steps_per_s"] for row in rows if row["mode"] == "ceiling"), None)
+    all_workers = sorted({row["workers"] for row in collect + learn})
+    if collect:
+        workers = [row["workers"] for row in collect]
+        rate_axis.plot(workers, [row["steps_per_s"] for row in collect], "o-", label="collector alone")
+        per_worker = collect[0]["steps_per_s"] / collect[0]["workers"]
+        rate_axis.plot(workers, [per_worker * n for n in workers], ":", color="C0", label="linear from the fewest workers")
+        efficiency_axis.plot(workers, [row["efficiency"] for row in collect], "o-", label="collector alone: of linear")
+    if learn:
+        workers = [row["workers"] for row in learn]
+        rate_axis.plot(workers, [row["steps_per_s"] for row in learn], "s-", color="C1", label="learn()")
+        if ceiling:
+            efficiency_axis.plot(
+                workers, [row["of_ceiling"] for row in learn], "s-", color="C1", label="learn(): of the learner's ceiling"
+            )
+    if ceiling:
+        rate_axis.axhline(ceiling, color="C2", linestyle="--", label=f"learner's ceiling ({ceiling:.0f} steps/s)")
+    limits = [row["env_limit_steps_per_s"] for row in collect if row["env_limit_steps_per_s"]]
+    if limits:
+        rate_axis.plot([row["workers"] for row in collect], limits, color="grey", linewidth=0.8, label="environments' limit")
+    efficiency_axis.axhline(0.8, color="red", linestyle=":", linewidth=0.8, label="0.8")
     for axis in (rate_axis, efficiency_axis):
-        axis.axvline(cpus - 1, color="grey", linestyle="--", linewidth=0.8, label=f"CPUs - 1 = {cpus - 1}")
+        axis.set_xscale("log", base=2)
+        axis.set_xticks(all_workers, [str(n) for n in all_workers])
         axis.set_xlabel("Ray workers")
-        axis.set_xticks(sorted({row["workers"] for row in rows}))
         axis.grid(alpha=0.3)
-    efficiency_axis.axhline(0.7, color="red", linestyle=":", linewidth=0.8, label="target 0.7")
+        axis.legend(fontsize=7)
+    rate_axis.set_yscale("log")
     rate_axis.set_ylabel("environment steps / s")
-    efficiency_axis.set_ylabel("efficiency (1 = linear scaling)")
     efficiency_axis.set_ylim(0, 1.2)
-    rate_axis.legend(fontsize=8)
-    efficiency_axis.legend(fontsize=8)
-    figure.suptitle(f"Ray collector scaling ({cpus} CPUs)")
+    efficiency_axis.set_ylabel("fraction")
+    figure.suptitle(title, fontsize=9)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
-    parser.add_argument("--modes", nargs="+", choices=["collect", "learn"], default=["collect"])
-    parser.add_argument("--env", default="CartPole-v1")
-    parser.add_argument("--envs-per-worker", type=int, default=8)
-    parser.add_argument("--n-steps", type=int, default=64)
+def plot_title(data: dict[str, Any]) -> str:
+    settings = data["settings"]
+    return (
+        f"Ray collector, {settings['env']} (sleep {settings['step_sleep'] * 1e3:g} ms, CPU {settings['step_cpu'] * 1e3:g} ms "
+        f"per step), {settings['envs_per_worker']} env(s) x {settings['n_steps']} steps per segment, "
+        f"{settings['num_cpus_per_worker']:g} CPU per worker, {data['machine']['cpus']} CPUs"
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks ray_scaling", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8, 16])
+    parser.add_argument("--modes", nargs="+", choices=["collect", "ceiling", "learn"], default=["collect", "ceiling", "learn"])
+    parser.add_argument("--env", default="SimulatedEnv-v0", help="SimulatedEnv-v0 (the options below) or any env id")
+    parser.add_argument("--step-sleep", type=float, default=0.005, help="SimulatedEnv: seconds each step waits")
+    parser.add_argument("--step-cpu", type=float, default=0.0, help="SimulatedEnv: seconds each step computes")
+    parser.add_argument("--obs-size", type=int, default=16, help="SimulatedEnv: float32 observation entries")
+    parser.add_argument("--envs-per-worker", type=int, default=1)
+    parser.add_argument("--n-steps", type=int, default=64, help="vector steps per segment")
     parser.add_argument("--queue-size", type=int, default=2, help="requests in flight per worker")
+    parser.add_argument("--num-cpus-per-worker", type=float, default=None, help="default: min(1, Ray's CPUs / max workers)")
+    parser.add_argument("--ray-cpus", type=int, default=None, help="logical CPUs of the local Ray (default: this machine's)")
     parser.add_argument("--seconds", type=float, default=20.0, help="measuring time per point (collect)")
-    parser.add_argument("--learn-steps", type=int, default=100_000, help="steps per point (learn)")
+    parser.add_argument("--learn-steps", type=int, default=50_000, help="steps per point (learn, ceiling)")
     parser.add_argument("--repeats", type=int, default=1, help="measurements per point (the median is kept)")
     parser.add_argument("--out", type=Path, default=Path("results/ray_scaling"))
     parser.add_argument("--replot", action="store_true", help="only redraw the PNG from --out/ray_scaling.json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.replot:
         data = json.loads((args.out / "ray_scaling.json").read_text())
-        plot(data["rows"], args.out / "ray_scaling.png", data["machine"]["cpus"])
+        plot(data["rows"], args.out / "ray_scaling.png", plot_title(data))
         return
 
     import ray
 
-    cpus = os.cpu_count() or 1
-    ray.init(num_cpus=max(max(args.workers), cpus), include_dashboard=False, logging_level=logging.WARNING)
-    measure = {"collect": measure_collection, "learn": measure_learning}
+    ray_cpus = args.ray_cpus or os.cpu_count() or 1
+    if args.num_cpus_per_worker is None:
+        args.num_cpus_per_worker = min(1.0, int(100 * ray_cpus / max(args.workers)) / 100)
+    # The workers unpickle SimulatedEnv factories: they import this repository's benchmarks package.
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    ray.init(num_cpus=ray_cpus, include_dashboard=False, logging_level=logging.WARNING)
     results: dict[tuple[str, int], list[dict[str, float]]] = {}
     try:
-        # Repeats are interleaved (1, 2, 4, 1, 2, 4, ...) so that a drifting machine load hits every point alike.
-        for repeat in range(args.repeats):
+        for repeat in range(args.repeats):  # interleaved, so that a drifting machine load hits every point alike
             for mode in args.modes:
-                for n_workers in sorted(args.workers):
-                    result = measure[mode](args, n_workers)
+                for n_workers in [0] if mode == "ceiling" else sorted(args.workers):
+                    result = (
+                        measure_ceiling(args)
+                        if mode == "ceiling"
+                        else {"collect": measure_collection, "learn": measure_learning}[mode](args, n_workers)
+                    )
                     results.setdefault((mode, n_workers), []).append(result)
                     print(f"repeat {repeat}: {mode} with {n_workers} workers: {result}", flush=True)
     finally:
         ray.shutdown()
 
-    rows: list[dict[str, Any]] = []
-    for mode in args.modes:
-        baseline = None
-        for n_workers in sorted(args.workers):
-            measured = results.get((mode, n_workers), [])
-            if not measured:
-                continue
-            rate = statistics.median(result["steps_per_s"] for result in measured)
-            if n_workers == 1:
-                baseline = rate
-            rows.append(
-                {
-                    "mode": mode,
-                    "workers": n_workers,
-                    "steps_per_s": round(rate, 1),
-                    "efficiency": round(rate / (n_workers * baseline), 3) if baseline else None,
-                    "oversubscribed": n_workers + 1 > cpus,  # the driver needs a core too
-                    "worker_steps_per_s_min": round(statistics.median(r["worker_steps_per_s_min"] for r in measured), 1),
-                    "repeats": len(measured),
-                }
-            )
-
+    rows = summarize(args, results)
     args.out.mkdir(parents=True, exist_ok=True)
     with open(args.out / "ray_scaling.csv", "w", newline="") as file:
         writer = csv.DictWriter(file, fieldnames=CSV_FIELDS)
         writer.writeheader()
         writer.writerows(rows)
     settings = {key: (str(value) if isinstance(value, Path) else value) for key, value in vars(args).items()}
-    write_json(
-        {
-            "rows": rows,
-            "settings": settings,
-            "machine": machine_description(),
-            "ray_version": ray.__version__,
-            "min_efficiency": {
-                mode: float(np.min([row["efficiency"] for row in rows if row["mode"] == mode and row["efficiency"]]))
-                for mode in args.modes
-            },
-        },
-        args.out / "ray_scaling.json",
-    )
-    plot(rows, args.out / "ray_scaling.png", cpus)
+    data = {"rows": rows, "settings": settings, "machine": machine_description(), "ray_version": ray.__version__}
+    collect_efficiency = [row["efficiency"] for row in rows if row["mode"] == "collect" and row["efficiency"]]
+    learn_of_ceiling = [row["of_ceiling"] for row in rows if row["mode"] == "learn" and row["of_ceiling"]]
+    data["min_collect_efficiency"] = min(collect_efficiency) if collect_efficiency else None
+    data["max_learn_of_ceiling"] = max(learn_of_ceiling) if learn_of_ceiling else None
+    write_json(data, args.out / "ray_scaling.json")
+    plot(rows, args.out / "ray_scaling.png", plot_title(data))
     print(f"wrote {args.out}/ray_scaling.{{json,csv,png}}")
 
 

@@ -109,6 +109,11 @@ def test_choosing_ray_without_ray_installed_says_which_extra(monkeypatch):
         ("ray", {"envs_per_worker": 0}, ValueError, "envs_per_worker"),
         ("ray", {"address": 5}, TypeError, "address"),
         ("ray", {"workers": 2}, TypeError, "workers"),
+        ("ray", {"num_cpus_per_worker": 0}, ValueError, "num_cpus_per_worker"),
+        ("ray", {"num_cpus_per_worker": 1.5}, ValueError, "num_cpus_per_worker"),  # Ray takes fractions up to 1
+        ("ray", {"num_cpus_per_worker": float("nan")}, ValueError, "num_cpus_per_worker"),
+        ("ray", {"num_cpus_per_worker": "1"}, TypeError, "num_cpus_per_worker"),
+        ("process", {"num_cpus_per_worker": 1}, TypeError, "num_cpus_per_worker"),
     ],
 )
 def test_ray_options_are_validated_at_construction(collector, options, error, name):
@@ -201,6 +206,57 @@ def test_workers_that_keep_failing_end_learn_with_the_cause(local_ray, monkeypat
     with pytest.warns(RuntimeWarning, match="replaced"), pytest.raises(CollectorError, match="max_restarts=1") as error:
         model.learn(10_000)
     assert "environment exploded" in str(error.value.__cause__)
+    assert wait_until_no_workers(local_ray) == []
+
+
+def test_more_workers_than_cpus_run_with_a_fraction_of_a_cpu_each(local_ray):
+    model = IMPALA(
+        "MlpPolicy",
+        "CartPole-v1",
+        collector="ray",
+        collector_kwargs=dict(num_workers=4, num_cpus_per_worker=0.5),  # 4 workers on the fixture's 2 CPUs
+        seed=0,
+        **SMALL,
+    )
+    model.learn(2000)
+    stats = model.collector_stats
+    assert stats["workers"] == 4
+    assert all(stats[f"worker_{index}_steps_per_s"] > 0 for index in range(4))
+    assert model.sampled_steps == model.trained_steps + model.dropped_steps
+    assert wait_until_no_workers(local_ray) == []
+
+
+def test_a_request_larger_than_the_cluster_is_refused_with_the_numbers(local_ray, monkeypatch):
+    # Were the request sent to Ray, the workers would wait start_timeout for CPUs that never come.
+    monkeypatch.setattr(RayCollector, "start_timeout", 3600.0)
+    model = IMPACT("MlpPolicy", "CartPole-v1", collector="ray", collector_kwargs=dict(num_workers=4), **SMALL)
+    with pytest.raises(
+        CollectorError, match=r"num_workers=4 x num_cpus_per_worker=1 = 4 CPUs asked, the cluster has 2 CPUs in all"
+    ):
+        model.learn(100)
+    assert wait_until_no_workers(local_ray) == []
+    assert model.num_timesteps == 0
+
+
+def test_a_request_the_busy_cluster_cannot_place_now_is_refused_with_the_free_cpus(local_ray, monkeypatch):
+    monkeypatch.setattr(RayCollector, "start_timeout", 3600.0)
+    monkeypatch.setattr(RayCollector, "free_cpus_wait", 0.5)
+
+    @local_ray.remote(num_cpus=1.5)
+    class Holder:
+        def ready(self) -> bool:
+            return True
+
+    holder = Holder.remote()
+    local_ray.get(holder.ready.remote())  # 0.5 of the 2 CPUs left free
+    try:
+        model = IMPACT("MlpPolicy", "CartPole-v1", collector="ray", collector_kwargs=dict(num_workers=1), **SMALL)
+        with pytest.raises(CollectorError, match=r"= 1 CPUs asked, 0.5 of its 2 CPUs are free"):
+            model.learn(100)
+        model.collector_kwargs["num_cpus_per_worker"] = 0.5  # what is free is enough
+        model.learn(100)
+    finally:
+        local_ray.kill(holder)
     assert wait_until_no_workers(local_ray) == []
 
 

@@ -115,7 +115,7 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
     :param collector: Where segments are collected (default "sync"): ``"sync"``, ``"thread"``, ``"process"``,
         ``"ray"`` or a ``Collector`` subclass (see docs/algorithms/collectors.md)
     :param collector_kwargs: The collector's options (``queue_size``; ``limit_learner_threads`` for ``"thread"``;
-        ``num_workers``, ``envs_per_worker``, ``address`` for ``"ray"``)
+        ``num_workers``, ``envs_per_worker``, ``address``, ``num_cpus_per_worker`` for ``"ray"``)
     :param stats_window_size: Window size for the rollout logging (episodes)
     :param tensorboard_log: the log location for tensorboard (if None, no logging)
     :param policy_kwargs: additional arguments to be passed to the policy on creation

@@ -16,6 +16,7 @@ actor's copy is older, and Ray fetches the object once per node.
 
 import contextlib
 import logging
+import math
 import os
 import random
 import threading
@@ -149,12 +150,16 @@ class _WorkerSlot:
 
 class RayCollector(Collector):
     """
-    Collects segments in ``num_workers`` Ray actors (one CPU each), each stepping ``envs_per_worker`` environments.
+    Collects segments in ``num_workers`` Ray actors, each stepping ``envs_per_worker`` environments.
 
     Ray is initialised on :meth:`start` unless it already is: locally with all of this machine's CPUs when
     neither ``address`` nor ``RAY_ADDRESS`` is given, otherwise by connecting to that cluster (``"auto"`` finds
     a local head started with ``ray start --head``). Ray is shut down on :meth:`close` only if this collector
-    started it. ``num_workers=None`` uses the cluster's CPUs minus one (the learner's).
+    started it. Each worker asks Ray for ``num_cpus_per_worker`` CPUs (1 by default; a fraction such as 0.25 lets
+    several workers share a core, as RLlib's env runners do, for environments that wait more than they compute).
+    ``num_workers=None`` fills the cluster's CPUs minus one (the learner's) with workers of that size. A request
+    the cluster cannot place (more CPUs than it has, or than are free) is refused by :meth:`start` at once, with
+    the numbers.
 
     Faults: a request that fails (the actor died, its node was lost, or its environment raised) makes the
     driver kill that actor and start a replacement with fresh seeds; the failed request counts as a full
@@ -166,6 +171,7 @@ class RayCollector(Collector):
     """
 
     start_timeout = 300.0  # seconds for the actors to be scheduled and build their environments
+    free_cpus_wait = 5.0  # seconds start() waits for enough free CPUs before it refuses the request
     stop_timeout = 10.0  # seconds close() waits for requests in progress to report their steps
     poll_seconds = 0.1  # ray.wait slices, so that a KeyboardInterrupt is seen promptly
     continues_episodes = False
@@ -175,7 +181,12 @@ class RayCollector(Collector):
 
     @classmethod
     def check_options(
-        cls, queue_size: int = 1, num_workers: int | None = None, envs_per_worker: int = 1, address: str | None = None
+        cls,
+        queue_size: int = 1,
+        num_workers: int | None = None,
+        envs_per_worker: int = 1,
+        address: str | None = None,
+        num_cpus_per_worker: float = 1.0,
     ) -> None:
         import_ray()  # ImportError naming the extra to install
         check_queue_size(queue_size)
@@ -186,6 +197,14 @@ class RayCollector(Collector):
                 raise ValueError(f"collector_kwargs: {name} must be an integer >= 1, got {value!r}")
         if address is not None and not isinstance(address, str):
             raise TypeError(f"collector_kwargs: address must be a string (host:port or 'auto') or None, got {address!r}")
+        cpus = num_cpus_per_worker
+        if isinstance(cpus, bool) or not isinstance(cpus, int | float | np.integer | np.floating):
+            raise TypeError(f"collector_kwargs: num_cpus_per_worker must be a number, got {cpus!r}")
+        if not (np.isfinite(cpus) and cpus > 0 and (cpus <= 1 or float(cpus).is_integer())):
+            # Ray's own rule for resource requests: a fraction of one CPU, or whole CPUs.
+            raise ValueError(
+                f"collector_kwargs: num_cpus_per_worker must be in (0, 1] or a whole number of CPUs, got {cpus!r}"
+            )
 
     def __init__(
         self,
@@ -194,9 +213,10 @@ class RayCollector(Collector):
         num_workers: int | None = None,
         envs_per_worker: int = 1,
         address: str | None = None,
+        num_cpus_per_worker: float = 1.0,
     ) -> None:
         super().__init__(sampler)
-        self.check_options(queue_size, num_workers, envs_per_worker, address)
+        self.check_options(queue_size, num_workers, envs_per_worker, address, num_cpus_per_worker)
         worker_env = sampler.env_source
         if worker_env is None or not (isinstance(worker_env, str) or callable(worker_env)):
             raise ValueError(
@@ -209,10 +229,13 @@ class RayCollector(Collector):
         self.num_workers = num_workers
         self.envs_per_worker = envs_per_worker
         self.address = address
+        self.num_cpus_per_worker = float(num_cpus_per_worker)
         self.restarts = 0
         self.lost_steps = 0  # steps of requests lost with a failed worker
         self.queued_steps_dropped = 0  # steps collected but not delivered when the collector closed
         self.weight_puts = 0
+        self.delivered_segments = 0
+        self.driver_seconds = 0.0  # driver time spent on delivered segments: fetch, copy, next request
         self._ray: Any = None
         self._actor_class: Any = None
         self._started_ray = False
@@ -282,7 +305,7 @@ class RayCollector(Collector):
         if self._actor_class is None:
             self._actor_class = ray.remote(concurrency_groups={"control": 1})(RolloutWorker)
         return self._actor_class.options(
-            num_cpus=1,
+            num_cpus=self.num_cpus_per_worker,
             max_restarts=0,  # replaced by the driver, which counts the lost segment
             name=f"sb3_impact_worker_{self._run_id}_{index}_{self.restarts}",
         ).remote(
@@ -303,7 +326,9 @@ class RayCollector(Collector):
         self._init_ray()
         ray = self._ray
         if self.num_workers is None:
-            self.num_workers = max(1, int(ray.cluster_resources().get("CPU", 1)) - 1)
+            cluster_cpus = ray.cluster_resources().get("CPU", 1)
+            self.num_workers = max(1, int((cluster_cpus - 1) / self.num_cpus_per_worker + 1e-9))
+        self._check_cluster_resources()
         self._policy_ref = ray.put(self.sampler.policy)
         for index in range(self.num_workers):  # one by one: close() kills those created before an interruption
             self._slots.append(_WorkerSlot(index, self._new_actor(index), self._initial_version))
@@ -316,6 +341,35 @@ class RayCollector(Collector):
             for _ in range(self.queue_size):
                 self._submit(slot)
 
+    def _resource_request(self) -> str:
+        return (
+            f"num_workers={self.num_workers} x num_cpus_per_worker={self.num_cpus_per_worker:g} = "
+            f"{self.num_workers * self.num_cpus_per_worker:g} CPUs"
+        )
+
+    def _check_cluster_resources(self) -> None:
+        """
+        Refuse at once a request the cluster cannot place: more CPUs than it has in all, or than it has free
+        after ``free_cpus_wait`` seconds (CPUs held by actors being killed come back within that time).
+        """
+        ray = self._ray
+        asked = self.num_workers * self.num_cpus_per_worker
+        total = ray.cluster_resources().get("CPU", 0.0)
+        hint = "lower num_workers, or ask for a fraction of a CPU per worker (collector_kwargs num_cpus_per_worker=0.5)"
+        if asked > total + 1e-9:
+            raise CollectorError(
+                f"the Ray cluster cannot place the workers: {self._resource_request()} asked, the cluster has "
+                f"{total:g} CPUs in all; {hint}"
+            )
+        deadline = time.monotonic() + self.free_cpus_wait
+        while (available := ray.available_resources().get("CPU", 0.0)) < asked - 1e-9:
+            if time.monotonic() > deadline:
+                raise CollectorError(
+                    f"the Ray cluster cannot place the workers now: {self._resource_request()} asked, {available:g} of "
+                    f"its {total:g} CPUs are free (the others are held by other actors or tasks); {hint}"
+                )
+            time.sleep(0.1)
+
     def _describe_workers(self) -> list[dict[str, Any]]:
         ray = self._ray
         try:
@@ -323,8 +377,8 @@ class RayCollector(Collector):
         except ray.exceptions.GetTimeoutError as error:
             cpus = ray.cluster_resources().get("CPU", 0)
             raise CollectorError(
-                f"the Ray workers did not start within {self.start_timeout:.0f}s: num_workers={self.num_workers} need "
-                f"one CPU each and the cluster has {cpus:g}"
+                f"the Ray workers did not start within {self.start_timeout:.0f}s: {self._resource_request()} asked "
+                f"and the cluster has {cpus:g} (a worker's CPUs must all be on one node)"
             ) from error
         except ray.exceptions.RayError as error:
             raise CollectorError(f"a Ray worker failed to start: {error}") from error
@@ -345,7 +399,7 @@ class RayCollector(Collector):
         # Workers on the learner's node each use a core: leave the learner the rest.
         driver_node = self._ray.get_runtime_context().get_node_id()
         local_workers = sum(slot.node_id == driver_node for slot in self._slots)
-        self._cap_learner_threads(busy_cpus=local_workers)
+        self._cap_learner_threads(busy_cpus=math.ceil(local_workers * self.num_cpus_per_worker - 1e-9))
 
     def close(self) -> None:
         if self._closed or self._ray is None:
@@ -453,6 +507,7 @@ class RayCollector(Collector):
             ready, _ = ray.wait(self._pending, num_returns=1, timeout=self.poll_seconds)
             if not ready:
                 continue
+            handling_start = time.perf_counter()
             ref = ready[0]
             slot = self._forget(ref)
             try:
@@ -468,7 +523,10 @@ class RayCollector(Collector):
             self.delivered_steps += result.size
             slot.delivered_steps += result.size
             self._lags.append(self._version - result.policy_version)
-            return own_segment_arrays(result)
+            segment = own_segment_arrays(result)
+            self.delivered_segments += 1
+            self.driver_seconds += time.perf_counter() - handling_start
+            return segment
 
     def broadcast(self, state_dict: dict[str, th.Tensor], version: int) -> None:
         # Copied now, put in the object store when a request needs it: at most one ray.put per broadcast.
@@ -489,6 +547,8 @@ class RayCollector(Collector):
             "lost_steps": self.lost_steps,
             "weight_puts": self.weight_puts,
         }
+        if self.delivered_segments:
+            stats["driver_ms_per_segment"] = 1e3 * self.driver_seconds / self.delivered_segments
         if self._lags:
             stats["policy_lag_mean"] = float(np.mean(self._lags))
         if elapsed > 0:

@@ -67,6 +67,16 @@ class SegmentSampler:
             self._clip_low, self._clip_high = env.action_space.low, env.action_space.high
             self._action_shape = env.action_space.shape
 
+    @property
+    def policy(self) -> BasePolicy:
+        return self._policy
+
+    @policy.setter
+    def policy(self, policy: BasePolicy) -> None:
+        self._policy = policy
+        # Checked once per policy: a runtime Protocol check costs ~70 us, and it ran twice per step.
+        self._samples_behaviour = isinstance(policy, BehaviourSamplingPolicy)
+
     def load_weights(self, state_dict: dict[str, th.Tensor], version: int) -> None:
         """Replace the sampling policy's weights by a learner broadcast."""
         self.policy.load_state_dict(state_dict)
@@ -75,7 +85,7 @@ class SegmentSampler:
     @th.no_grad()
     def _act(self, observation: Observation) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         obs_tensor, _ = self.policy.obs_to_tensor(observation)
-        if isinstance(self.policy, BehaviourSamplingPolicy):
+        if self._samples_behaviour:
             actions, log_probs, params = self.policy.sample_behaviour(obs_tensor)
         else:
             distribution = self.policy.get_distribution(obs_tensor)
@@ -86,7 +96,7 @@ class SegmentSampler:
 
     def _env_actions(self, actions: np.ndarray) -> np.ndarray:
         """What the env is stepped with: the stored action is the sampled one (its log-prob is the behaviour's)."""
-        if isinstance(self.policy, BehaviourSamplingPolicy):
+        if self._samples_behaviour:
             return self.policy.env_actions(actions)
         if self._clip_low is not None:  # SB3's policies sample flat Box actions: the env takes its own shape
             return np.clip(actions.reshape((-1, *self._action_shape)), self._clip_low, self._clip_high)
