@@ -38,7 +38,12 @@ from sb3_impact.zoo import ZOO_ALGOS as IMPACT_ALGOS
 from sb3_impact.zoo import hyperparams_path
 
 # Pseudo-algorithms: an algorithm with its constructor defaults on one env (what `IMPACT("MlpPolicy", env_id)` does).
-DEFAULT_VARIANTS = {"impact_default": IMPACT_ALGOS["impact"], "impala_default": IMPACT_ALGOS["impala"]}
+# Constructor defaults instead of the yml (V-RACER's are the paper's settings, appendix A).
+DEFAULT_VARIANTS = {
+    "impact_default": IMPACT_ALGOS["impact"],
+    "impala_default": IMPACT_ALGOS["impala"],
+    "vracer_default": IMPACT_ALGOS["vracer"],
+}
 ALGOS = {**ZOO_ALGOS, **IMPACT_ALGOS, **DEFAULT_VARIANTS}
 # Default "solved" thresholds (rl-zoo3 / gymnasium reward thresholds); --threshold overrides, other envs get none.
 THRESHOLDS = {
@@ -102,7 +107,7 @@ def zoo_entries(algo: str) -> dict[str, Any]:
     algo = split_variant(algo)[0]
     if algo not in ALGOS:
         raise ValueError(f"unknown algo {algo!r}; valid names: {', '.join(sorted(ALGOS))}")
-    if algo in DEFAULT_VARIANTS:
+    if algo in DEFAULT_VARIANTS:  # (a variant name was split above)
         return {}
     return yaml.safe_load(zoo_yml_path(algo).read_text())
 
@@ -126,10 +131,10 @@ def zoo_entry_key(algo: str, env_id: str, config: dict[str, Any]) -> str:
 
 def hyperparams_source(algo: str, env_id: str) -> str:
     """Where ``algo``'s hyperparameters on ``env_id`` come from, e.g. ``rl_zoo3/hyperparams/ppo.yml: HalfCheetah-v4``."""
-    if algo in DEFAULT_VARIANTS:
-        return "constructor defaults"
-    key = zoo_entry_key(algo, env_id, zoo_entries(algo))
     base, overrides = split_variant(algo)
+    if base in DEFAULT_VARIANTS:
+        return "constructor defaults" + (f" with {overrides}" if overrides else "")
+    key = zoo_entry_key(algo, env_id, zoo_entries(algo))
     origin = "sb3_impact/hyperparams" if base in IMPACT_ALGOS else "rl_zoo3/hyperparams"
     changed = f" with {overrides}" if overrides else ""
     return f"{origin}/{base}.yml: {key}{changed}"
@@ -138,9 +143,12 @@ def hyperparams_source(algo: str, env_id: str) -> str:
 def load_zoo_hyperparams(algo: str, env_id: str) -> dict[str, Any]:
     """The rl-zoo3 yml entry of ``env_id``, with ``lin_`` schedules and ``policy_kwargs`` strings resolved."""
     config = zoo_entries(algo)
-    if algo in DEFAULT_VARIANTS:
-        return {"policy": "MlpPolicy", "n_envs": 1, "n_timesteps": 100_000}
-    params = {**config[zoo_entry_key(algo, env_id, config)], **split_variant(algo)[1]}
+    base, overrides = split_variant(algo)
+    if base in DEFAULT_VARIANTS:
+        entry: dict[str, Any] = {"policy": "MlpPolicy", "n_envs": 1, "n_timesteps": 100_000}
+    else:
+        entry = config[zoo_entry_key(algo, env_id, config)]
+    params = {**entry, **overrides}
     unsupported = {"callback", "vec_env_wrapper", "env_kwargs"} & set(params)
     if unsupported:
         raise ValueError(f"{algo}/{env_id}: the benchmark does not handle {sorted(unsupported)}")

@@ -8,7 +8,7 @@ Any sb3-impact algorithm against any SB3 / sb3-contrib algorithm, with rl-zoo3's
 
 The baseline is ``ppo`` when it is among ``--algos``, else the first algo (``--baseline`` overrides).
 Hyperparameters come from rl-zoo3's yml for SB3/sb3-contrib algorithms and from
-``sb3_impact/hyperparams/ALGO.yml`` for ours (``impact_default``/``impala_default``: constructor
+``sb3_impact/hyperparams/ALGO.yml`` for ours (``impact_default``/``impala_default``/``vracer_default``: constructor
 defaults). rl-zoo3 tunes MuJoCo on the v4 ids only: for a v5 id without an entry of its own, an rl-zoo3
 algorithm uses its v4 entry (``HalfCheetah-v4`` for ``HalfCheetah-v5``), and the JSON's ``hyperparams`` says
 which entry each algo used. Every ``--eval-freq`` environment steps (or every ``--eval-seconds`` of training

@@ -344,3 +344,16 @@ def test_algo_variants_replace_yml_entries_and_reject_bad_items():
         split_variant("ppo_amber[normalize_advantage]")
     with pytest.raises(ValueError, match="unknown algos"):
         validate_names(["nope[a=1]"], ["Pendulum-v1"])
+
+
+def test_default_variants_take_overrides_and_ignore_the_yml():
+    from benchmarks.common import algo_class, hyperparams_source, load_zoo_hyperparams
+
+    params = load_zoo_hyperparams("vracer_default[compile_loss=true,learning_starts=500]", "HalfCheetah-v5")
+    assert params == {"policy": "MlpPolicy", "n_envs": 1, "n_timesteps": 100_000, "compile_loss": True, "learning_starts": 500}
+    assert "learning_rate" in load_zoo_hyperparams("vracer", "HalfCheetah-v5")  # the yml entry is tuned
+    assert algo_class("vracer_default[compile_loss=true]").__name__ == "VRACER"
+    assert (
+        hyperparams_source("vracer_default[compile_loss=true]", "HalfCheetah-v5")
+        == "constructor defaults with {'compile_loss': True}"
+    )
