@@ -9,6 +9,7 @@ import os
 import platform
 import queue
 import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -457,6 +458,28 @@ def run_in_parallel(
         raise
     finally:
         results.close()
+
+
+@contextlib.contextmanager
+def sigterm_as_keyboard_interrupt() -> Any:
+    """
+    Inside the block SIGTERM (``kill``, a job scheduler's stop, ``timeout``) raises ``KeyboardInterrupt`` as
+    Ctrl-C does, so that the same clean-up runs: the workers and everything they started are stopped and the
+    finished runs are written. Only in the main thread (where Python delivers signals); the old handler is
+    restored on exit.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _signal_worker(worker: multiprocessing.process.BaseProcess, signum: int) -> None:

@@ -42,7 +42,7 @@ import torch as th
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 
-from benchmarks.common import machine_description, write_json
+from benchmarks.common import machine_description, sigterm_as_keyboard_interrupt, write_json
 from benchmarks.simulated_env import SimulatedEnv
 from sb3_impact import IMPACT
 from sb3_impact.common.collectors.base import Collector, CollectorError
@@ -336,17 +336,15 @@ def main(argv: list[str] | None = None) -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
     ray.init(num_cpus=ray_cpus, include_dashboard=False, logging_level=logging.WARNING)
     results: dict[tuple[str, int], list[dict[str, float]]] = {}
+    measures = {"collect": measure_collection, "learn": measure_learning}
     try:
-        for repeat in range(args.repeats):  # interleaved, so that a drifting machine load hits every point alike
-            for mode in args.modes:
-                for n_workers in [0] if mode == "ceiling" else sorted(args.workers):
-                    result = (
-                        measure_ceiling(args)
-                        if mode == "ceiling"
-                        else {"collect": measure_collection, "learn": measure_learning}[mode](args, n_workers)
-                    )
-                    results.setdefault((mode, n_workers), []).append(result)
-                    print(f"repeat {repeat}: {mode} with {n_workers} workers: {result}", flush=True)
+        with sigterm_as_keyboard_interrupt():  # kill/timeout stop Ray's processes too
+            for repeat in range(args.repeats):  # interleaved, so that a drifting load hits every point alike
+                for mode in args.modes:
+                    for n_workers in [0] if mode == "ceiling" else sorted(args.workers):
+                        result = measure_ceiling(args) if mode == "ceiling" else measures[mode](args, n_workers)
+                        results.setdefault((mode, n_workers), []).append(result)
+                        print(f"repeat {repeat}: {mode} with {n_workers} workers: {result}", flush=True)
     finally:
         ray.shutdown()
 

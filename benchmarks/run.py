@@ -45,6 +45,7 @@ from benchmarks.common import (
     read_csv,
     run_benchmark,
     run_in_parallel,
+    sigterm_as_keyboard_interrupt,
     threshold_summary,
     validate_names,
     write_csv,
@@ -217,13 +218,14 @@ def main(argv: list[str] | None = None) -> None:
         progress.update()
 
     try:
-        if args.jobs == 1:
-            for index, spec in enumerate(specs):
-                progress.set_postfix_str(f"{spec.algo} {spec.env_id} seed {spec.seed}")
-                record(index, run_benchmark(spec))
-        else:
-            progress.set_postfix_str(f"{args.jobs} at once, {torch_threads(args)} torch thread(s) each")
-            run_in_parallel(specs, args.jobs, torch_threads(args), record)
+        with sigterm_as_keyboard_interrupt():  # kill/timeout clean up as Ctrl-C does
+            if args.jobs == 1:
+                for index, spec in enumerate(specs):
+                    progress.set_postfix_str(f"{spec.algo} {spec.env_id} seed {spec.seed}")
+                    record(index, run_benchmark(spec))
+            else:
+                progress.set_postfix_str(f"{args.jobs} at once, {torch_threads(args)} torch thread(s) each")
+                run_in_parallel(specs, args.jobs, torch_threads(args), record)
     except KeyboardInterrupt:
         print("\ninterrupted: the runs that finished are written")
     finally:

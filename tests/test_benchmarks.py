@@ -357,3 +357,15 @@ def test_default_variants_take_overrides_and_ignore_the_yml():
         hyperparams_source("vracer_default[compile_loss=true]", "HalfCheetah-v5")
         == "constructor defaults with {'compile_loss': True}"
     )
+
+
+def test_sigterm_is_a_keyboard_interrupt_inside_the_harness_and_restored_after():
+    import signal
+
+    from benchmarks.common import sigterm_as_keyboard_interrupt
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(KeyboardInterrupt, match="signal 15"), sigterm_as_keyboard_interrupt():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the signal is handled before this returns
+    assert signal.getsignal(signal.SIGTERM) is before
