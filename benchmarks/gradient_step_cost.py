@@ -2,7 +2,7 @@
 Milliseconds per gradient step of off-policy learners side by side, in one run on one machine, against the
 arithmetic floor of each step.
 
-    python -m benchmarks gradient_step_cost --algos vracer "vracer[compile_loss=True]" sac sac_refer \\
+    python -m benchmarks gradient_step_cost --algos vracer_default "vracer_default[compile_loss=True]" sac sac_refer \\
         --env HalfCheetah-v5 --memory-steps 262144 --out results/gradient_step_cost
 
 For each algo (``algo[key=value]`` variants as in ``run``), with its yml hyperparameters: the replay memory is
