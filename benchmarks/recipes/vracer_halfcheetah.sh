@@ -34,3 +34,7 @@ python -m benchmarks run --algos sac --env HalfCheetah-v5 --seeds 3 --steps 1000
 # SB3 PPO with rl-zoo3's tuned yml at 1M steps: the baseline of the 1M comparison.
 python -m benchmarks run --algos ppo --env HalfCheetah-v5 Hopper-v5 --seeds 3 --steps 1000000 \
     --eval-freq 50000 --eval-episodes 5 --jobs 2 --out "$OUT/ppo_1m"
+
+# SACReFER with C=10, D=0.2 (its MuJoCo yml) at 100k steps; SAC's seeds are the 20-minute runs above.
+python -m benchmarks run --algos sac_refer --env HalfCheetah-v5 --seeds 3 --steps 100000 --eval-freq 10000 \
+    --eval-episodes 5 --jobs 2 --out "$OUT/sac_refer_100k"
