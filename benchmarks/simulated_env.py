@@ -65,8 +65,8 @@ class SimulatedEnv(gym.Env):
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
         if self.step_cpu > 0:
             busy_until = time.perf_counter() + self.step_cpu
-            while time.perf_counter() < busy_until:
-                pass
+            while time.perf_counter() < busy_until:  # spin on purpose: a core stays busy, as a simulator's would
+                continue
         if self.step_sleep > 0:
             time.sleep(self.step_sleep)
         self._step += 1
