@@ -223,6 +223,66 @@ def test_impala_validates_shared_parameters():
         IMPALA("MlpPolicy", "CartPole-v1", n_steps=-3)
 
 
+@pytest.mark.parametrize(
+    "kwargs,name", [({"n_epochs": 0}, "n_epochs"), ({"batch_size": 0}, "batch_size"), ({"batch_size": 2.5}, "batch_size")]
+)
+def test_impala_validates_its_passes(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        IMPALA("MlpPolicy", "CartPole-v1", **kwargs)
+
+
+@pytest.mark.filterwarnings("ignore:batch_size=12 does not divide")
+@pytest.mark.parametrize("n_epochs,batch_size,steps_per_pass", [(1, None, 1), (3, 8, 4), (2, 12, 3)])
+def test_impala_counts_passes_and_minibatch_steps(n_epochs, batch_size, steps_per_pass):
+    """The paper's default is one gradient step per segment; n_epochs passes of ceil(32 / batch_size) steps otherwise."""
+    env = make_vec_env("CartPole-v1", n_envs=2)
+    model = IMPALA("MlpPolicy", env, collector="sync", n_epochs=n_epochs, batch_size=batch_size, **SMALL)
+    model.learn(320)
+    segments = model.trained_steps // 32
+    assert model._n_updates == n_epochs * segments
+    assert model.gradient_steps == steps_per_pass * model._n_updates
+    assert model.sampled_steps == model.trained_steps + model.dropped_steps
+
+
+def test_impala_minibatch_pass_uses_targets_from_the_start_of_the_pass():
+    """
+    One pass in minibatches, against a reference written out step by step: the V-trace targets of the whole
+    batch are computed once with the policy at the start of the pass, then each shuffled minibatch of the
+    env-major permutation (SB3's order) takes one step on -rho A log pi + vf_coef (v - V)^2 - ent_coef H.
+    """
+    import copy
+
+    env = make_vec_env("CartPole-v1", n_envs=2, seed=0, env_kwargs=dict(max_episode_steps=10))
+    model = IMPALA("MlpPolicy", env, collector="sync", batch_size=8, normalize_advantage=True, ent_coef=0.01, seed=0, **SMALL)
+    model.learn(64)
+    collector = model._make_collector()
+    batch = TrainingBatch.from_segment(collector.get_segment(), model.device)
+    collector.close()
+    reference = copy.deepcopy(model.policy)
+
+    np.random.seed(5)
+    model._train_step(batch)
+
+    np.random.seed(5)
+    with th.no_grad():
+        values, log_prob, _ = reference.evaluate_actions(batch.observations, batch.actions)
+        vs, pg_advantages = model._vtrace_targets(batch, values.flatten(), log_prob, reference)
+    vs, pg_advantages = vs.flatten(), pg_advantages.flatten()
+    env_major = np.random.permutation(32)
+    time_major = th.as_tensor((env_major % 16) * 2 + env_major // 16)
+    for indices in time_major.split(8):
+        values, log_prob, entropy = reference.evaluate_actions(batch.observations[indices], batch.actions[indices])
+        advantages = pg_advantages[indices]
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        loss = -(advantages * log_prob).mean() + 0.5 * ((values.flatten() - vs[indices]) ** 2).mean() - 0.01 * entropy.mean()
+        reference.optimizer.zero_grad()
+        loss.backward()
+        th.nn.utils.clip_grad_norm_(reference.parameters(), model.max_grad_norm)
+        reference.optimizer.step()
+    for (name, expected), actual in zip(reference.state_dict().items(), model.policy.state_dict().values(), strict=True):
+        th.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-6, msg=name)
+
+
 def test_set_env_with_other_spaces_raises():
     model = IMPACT("MlpPolicy", "CartPole-v1", **SMALL)
     with pytest.raises(ValueError, match=r"[Oo]bservation spaces do not match"):

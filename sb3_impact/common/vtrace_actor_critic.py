@@ -1,6 +1,7 @@
 """Base class for the V-trace actor-critic algorithms fed by a (possibly asynchronous) collector."""
 
 import math
+import warnings
 from abc import abstractmethod
 from collections import defaultdict
 from collections.abc import Callable
@@ -34,13 +35,15 @@ class VTraceActorCritic(OnPolicySegmentMixin, OnPolicyAlgorithm):
     segment loop (:class:`~sb3_impact.common.segment_loop.SegmentLoopMixin`).
 
     Each segment enters a :class:`CircularBuffer` of ``circular_buffer_size`` batches, each reused
-    ``max_batch_reuse`` times (IMPALA uses 1 and 1); after it the learner draws batches from the buffer until a
-    slot needs a new one, trains on each draw (:meth:`_train_step`: one gradient step, or a pass in
-    minibatches), and publishes its weights to the collector every ``broadcast_interval`` draws; ``_n_updates``
-    counts draws. ``rollout_buffer`` and ``collect_rollouts`` are SB3's on-policy surface (the learner itself
-    trains from the circular buffer).
+    ``max_batch_reuse`` times (IMPALA: 1 batch, ``n_epochs`` uses); after it the learner draws batches from the
+    buffer until a slot needs a new one, trains on each draw (:meth:`_train_step`: one pass over the batch in
+    shuffled minibatches of ``batch_size`` samples, one gradient step each; None: one step on the whole batch),
+    and publishes its weights to the collector every ``broadcast_interval`` draws. ``_n_updates`` counts draws,
+    as PPO's counts epochs; ``gradient_steps`` counts minibatch steps. ``rollout_buffer`` and
+    ``collect_rollouts`` are SB3's on-policy surface (the learner itself trains from the circular buffer).
 
-    Subclasses implement :meth:`_train_step` (the loss) and may override :meth:`_on_first_use`.
+    Subclasses implement :meth:`_train_step` (the loss, through :meth:`_train_pass`) and may override
+    :meth:`_on_first_use`.
     """
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
@@ -68,6 +71,7 @@ class VTraceActorCritic(OnPolicySegmentMixin, OnPolicyAlgorithm):
         vtrace_clip_pg_rho_threshold: float,
         normalize_advantage: bool,
         broadcast_interval: int,
+        batch_size: int | None = None,
         collector: str | type[Collector] = "thread",
         collector_kwargs: dict[str, Any] | None = None,
         stats_window_size: int = 100,
@@ -86,6 +90,8 @@ class VTraceActorCritic(OnPolicySegmentMixin, OnPolicyAlgorithm):
         ):
             if not isinstance(value, (int, np.integer)) or value < minimum:
                 raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        if batch_size is not None and (not isinstance(batch_size, (int, np.integer)) or batch_size < 1):
+            raise ValueError(f"batch_size must be an integer >= 1 or None, got {batch_size!r}")
         for name, value in (("gamma", gamma), ("gae_lambda", gae_lambda)):
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {value}")
@@ -130,6 +136,8 @@ class VTraceActorCritic(OnPolicySegmentMixin, OnPolicyAlgorithm):
         self.vtrace_clip_pg_rho_threshold = vtrace_clip_pg_rho_threshold
         self.normalize_advantage = normalize_advantage
         self.broadcast_interval = broadcast_interval
+        self.batch_size = batch_size
+        self.gradient_steps = 0
         self._circular_buffer: CircularBuffer | None = None
         self._train_stats: dict[str, list[float]] = defaultdict(list)
         if _init_setup_model:
@@ -161,6 +169,14 @@ class VTraceActorCritic(OnPolicySegmentMixin, OnPolicyAlgorithm):
             n_envs=self.n_envs,
         )
         self._maybe_recommend_cpu()
+        samples = self.n_steps * (self.collector_kwargs.get("envs_per_worker", 1) if self.collector == "ray" else self.n_envs)
+        if self.batch_size is not None and self.batch_size < samples and samples % self.batch_size != 0:
+            warnings.warn(
+                f"batch_size={self.batch_size} does not divide the {samples} samples of a batch "
+                f"(n_steps * n_envs): each pass ends with a minibatch of {samples % self.batch_size}",
+                UserWarning,
+                stacklevel=2,
+            )
 
     def _excluded_save_params(self) -> list[str]:
         return [
@@ -224,9 +240,40 @@ class VTraceActorCritic(OnPolicySegmentMixin, OnPolicyAlgorithm):
     def _after_update(self) -> None:
         """Called after every batch draw (``_n_updates`` already counts it)."""
 
+    def _minibatch_indices(self, batch: TrainingBatch) -> list[th.Tensor | None]:
+        """
+        One pass over ``batch`` in shuffled minibatches: indices into its time-major ``[T * B]`` samples
+        (``[None]``: the whole batch). The permutation is drawn over env-major positions, the order of SB3's
+        rollout buffer, so that a seeded run takes the same minibatches as SB3's PPO.
+        """
+        if self.batch_size is None or self.batch_size >= batch.size:
+            return [None]
+        env_major = np.random.permutation(batch.size)
+        time_major = (env_major % batch.n_steps) * batch.n_envs + env_major // batch.n_steps
+        indices = th.as_tensor(time_major, device=self.device)
+        return [indices[start : start + self.batch_size] for start in range(0, batch.size, self.batch_size)]
+
+    def _train_pass(
+        self, minibatches: list[th.Tensor | None], train_minibatch: Callable[[th.Tensor | None], dict[str, th.Tensor]]
+    ) -> dict[str, float]:
+        """
+        One pass: ``train_minibatch`` (one gradient step, unsynced statistics) on each of ``minibatches`` (from
+        :meth:`_minibatch_indices`). Returns the statistics of the pass: means, maxima for ``*_max`` keys.
+        """
+        minibatch_stats = [train_minibatch(indices) for indices in minibatches]
+        self.gradient_steps += len(minibatch_stats)
+        names = list(minibatch_stats[0])
+        stacked = th.stack([th.stack([stats[name] for name in names]) for stats in minibatch_stats])
+        summary = th.where(
+            th.tensor([name.endswith("_max") for name in names], device=stacked.device),
+            stacked.max(dim=0).values,
+            stacked.mean(dim=0),
+        )
+        return dict(zip(names, summary.tolist(), strict=True))  # one device sync per pass
+
     @abstractmethod
     def _train_step(self, batch: TrainingBatch) -> dict[str, float]:
-        """Train on one draw of ``batch``; returns the statistics to log (means over the log interval)."""
+        """Train on one draw of ``batch`` (a pass, :meth:`_train_pass`); returns the statistics to log."""
 
     def train(self) -> None:
         raise RuntimeError(
@@ -304,4 +351,5 @@ class VTraceActorCritic(OnPolicySegmentMixin, OnPolicyAlgorithm):
 
     def dump_logs(self, iteration: int = 0) -> None:
         self._record_train_logs()
+        self.logger.record("train/gradient_steps", self.gradient_steps)
         super().dump_logs(iteration)

@@ -1,10 +1,8 @@
 """IMPACT: importance-weighted asynchronous PPO with a clipped target network (Luo et al., ICLR 2020)."""
 
 import math
-import warnings
 from typing import Any, ClassVar, TypeVar
 
-import numpy as np
 import torch as th
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
@@ -122,8 +120,6 @@ class IMPACT(VTraceActorCritic):
         device: th.device | str = "auto",
         _init_setup_model: bool = True,
     ) -> None:
-        if batch_size is not None and (not isinstance(batch_size, (int, np.integer)) or batch_size < 1):
-            raise ValueError(f"batch_size must be an integer >= 1 or None, got {batch_size!r}")
         if not (target_worker_clip >= 1 and math.isfinite(target_worker_clip)):
             raise ValueError(f"target_worker_clip must be a finite number >= 1, got {target_worker_clip}")
         _check_clip_range(clip_range)
@@ -150,6 +146,7 @@ class IMPACT(VTraceActorCritic):
             vtrace_clip_pg_rho_threshold=1.0,  # IMPACT's V-GAE advantages do not use the pg-weighted advantage
             normalize_advantage=normalize_advantage,
             broadcast_interval=broadcast_interval,
+            batch_size=batch_size,
             collector=collector,
             collector_kwargs=collector_kwargs,
             stats_window_size=stats_window_size,
@@ -160,7 +157,6 @@ class IMPACT(VTraceActorCritic):
             device=device,
             _init_setup_model=False,
         )
-        self.batch_size = batch_size
         self.target_worker_clip = target_worker_clip
         self.clip_range = clip_range
         self.target_update_interval = target_update_interval
@@ -168,7 +164,6 @@ class IMPACT(VTraceActorCritic):
         self.kl_target = kl_target
         self.use_kl_penalty = kl_coef > 0
         self.target_updates = 0
-        self.gradient_steps = 0
         # KL(pi_target || pi) summed over the gradient steps since the last target update (adaptive KL).
         self._kl_sum = 0.0
         self._kl_count = 0
@@ -180,14 +175,6 @@ class IMPACT(VTraceActorCritic):
         super()._setup_model()
         _check_clip_range(self.clip_range)  # also when load(path, clip_range=...) set it without the constructor
         self.clip_range = FloatSchedule(self.clip_range)
-        samples = self.n_steps * (self.collector_kwargs.get("envs_per_worker", 1) if self.collector == "ray" else self.n_envs)
-        if self.batch_size is not None and self.batch_size < samples and samples % self.batch_size != 0:
-            warnings.warn(
-                f"batch_size={self.batch_size} does not divide the {samples} samples of a batch "
-                f"(n_steps * n_envs): each pass ends with a minibatch of {samples % self.batch_size}",
-                UserWarning,
-                stacklevel=2,
-            )
 
     def _excluded_save_params(self) -> list[str]:
         return [*super()._excluded_save_params(), "_target_policy"]
@@ -240,38 +227,15 @@ class IMPACT(VTraceActorCritic):
                 self.kl_coef = max(self.kl_coef * 0.5, 1e-6)
         self._kl_sum, self._kl_count = 0.0, 0
 
-    def _minibatch_indices(self, batch: TrainingBatch) -> list[th.Tensor | None]:
-        """
-        One pass over ``batch`` in shuffled minibatches: indices into its time-major ``[T * B]`` samples
-        (``[None]``: the whole batch). The permutation is drawn over env-major positions, the order of SB3's
-        rollout buffer, so that a seeded run takes the same minibatches as SB3's PPO.
-        """
-        if self.batch_size is None or self.batch_size >= batch.size:
-            return [None]
-        env_major = np.random.permutation(batch.size)
-        time_major = (env_major % batch.n_steps) * batch.n_envs + env_major // batch.n_steps
-        indices = th.as_tensor(time_major, device=self.device)
-        return [indices[start : start + self.batch_size] for start in range(0, batch.size, self.batch_size)]
-
     def _train_step(self, batch: TrainingBatch) -> dict[str, float]:
         """One draw of ``batch``: a pass over it in shuffled minibatches, one gradient step each."""
         clip_range = self.clip_range(self._current_progress_remaining)
         measure_kl = self.use_kl_penalty or batch.last_use
-        minibatch_stats = [
-            self._train_minibatch(batch, indices, clip_range, measure_kl) for indices in self._minibatch_indices(batch)
-        ]
-        self.gradient_steps += len(minibatch_stats)
-        names = list(minibatch_stats[0])
-        stacked = th.stack([th.stack([stats[name] for name in names]) for stats in minibatch_stats])
-        summary = th.where(
-            th.tensor([name.endswith("_max") for name in names], device=stacked.device),
-            stacked.max(dim=0).values,
-            stacked.mean(dim=0),
-        )
-        stats = dict(zip(names, summary.tolist(), strict=True))  # one device sync per pass
+        minibatches = self._minibatch_indices(batch)
+        stats = self._train_pass(minibatches, lambda indices: self._train_minibatch(batch, indices, clip_range, measure_kl))
         if self.use_kl_penalty:
-            self._kl_sum += stats["kl_to_target"] * len(minibatch_stats)
-            self._kl_count += len(minibatch_stats)
+            self._kl_sum += stats["kl_to_target"] * len(minibatches)
+            self._kl_count += len(minibatches)
         stats.update(kl_coef=self.kl_coef, clip_range=clip_range)
         return stats
 
@@ -327,7 +291,6 @@ class IMPACT(VTraceActorCritic):
 
     def dump_logs(self, iteration: int = 0) -> None:
         self.logger.record("train/target_updates", self.target_updates)
-        self.logger.record("train/gradient_steps", self.gradient_steps)
         super().dump_logs(iteration)
 
     def learn(

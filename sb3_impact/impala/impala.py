@@ -2,12 +2,14 @@
 
 from typing import Any, ClassVar, TypeVar
 
+import numpy as np
 import torch as th
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 from torch.nn import functional as F
 
 from sb3_impact.common.collectors import Collector
+from sb3_impact.common.observations import index_observation
 from sb3_impact.common.policy_evaluation import evaluate_policy_and_values
 from sb3_impact.common.training_batch import TrainingBatch
 from sb3_impact.common.vtrace_actor_critic import VTraceActorCritic
@@ -21,15 +23,24 @@ class IMPALA(VTraceActorCritic):
     IMPALA's V-trace actor-critic (paper: https://arxiv.org/abs/1802.01561, section 4).
 
     An asynchronous collector steps the environments with a slightly stale copy of the policy; every
-    segment is consumed once, in arrival order, by one gradient step on
+    segment is consumed in arrival order by gradient steps on
     ``-rho_s A_s log pi(a_s|x_s) + vf_coef (v_s - V(x_s))^2 - ent_coef H(pi)``, where ``v_s`` are the V-trace
-    targets and ``rho_s A_s`` the rho-clipped V-trace advantages (section 4.2), computed with the current
-    policy as pi and the collector's policy as mu.
+    targets and ``rho_s A_s`` the rho-clipped V-trace advantages (section 4.2), with the collector's policy as
+    mu.
+
+    The defaults are the paper's: one gradient step per segment, its targets computed with the current policy
+    as pi. ``n_epochs`` and ``batch_size`` turn each segment into ``n_epochs`` passes in shuffled minibatches
+    (RLlib's IMPALA offers the same as ``num_epochs`` and ``minibatch_size``); the targets are then computed
+    once per pass, with the policy at the start of the pass as pi, as PPO computes its advantages once per
+    rollout. ``train/n_updates`` counts passes, ``train/gradient_steps`` minibatch steps.
 
     :param policy: The policy model to use (MlpPolicy, CnnPolicy, MultiInputPolicy, or an ActorCriticPolicy subclass)
     :param env: The environment to learn from (if registered in Gym, can be str)
     :param learning_rate: The learning rate, a constant or a schedule of the remaining progress (1 to 0)
     :param n_steps: Vector steps per collected segment (the unroll length); one batch is ``n_steps * n_envs``
+    :param batch_size: Minibatch size of the gradient steps in each pass over a batch (None: the whole batch,
+        one gradient step per pass, as in the paper)
+    :param n_epochs: Passes over each batch (1: the paper's single use)
     :param broadcast_interval: gradient steps between weight broadcasts to the collector
     :param gamma: Discount factor
     :param gae_lambda: lambda of V-trace's trace coefficients (1 is the paper's V-trace)
@@ -64,6 +75,8 @@ class IMPALA(VTraceActorCritic):
         env: GymEnv | str,
         learning_rate: float | Schedule = 7e-4,
         n_steps: int = 20,
+        batch_size: int | None = None,
+        n_epochs: int = 1,
         broadcast_interval: int = 1,
         gamma: float = 0.99,
         gae_lambda: float = 1.0,
@@ -84,6 +97,9 @@ class IMPALA(VTraceActorCritic):
         device: th.device | str = "auto",
         _init_setup_model: bool = True,
     ) -> None:
+        if not isinstance(n_epochs, (int, np.integer)) or n_epochs < 1:
+            raise ValueError(f"n_epochs must be an integer >= 1, got {n_epochs!r}")
+        self.n_epochs = n_epochs
         super().__init__(
             policy,
             env,
@@ -95,12 +111,13 @@ class IMPALA(VTraceActorCritic):
             vf_coef=vf_coef,
             max_grad_norm=max_grad_norm,
             circular_buffer_size=1,
-            max_batch_reuse=1,
+            max_batch_reuse=n_epochs,
             vtrace_clip_rho_threshold=vtrace_clip_rho_threshold,
             vtrace_clip_c_threshold=vtrace_clip_c_threshold,
             vtrace_clip_pg_rho_threshold=vtrace_clip_pg_rho_threshold,
             normalize_advantage=normalize_advantage,
             broadcast_interval=broadcast_interval,
+            batch_size=batch_size,
             collector=collector,
             collector_kwargs=collector_kwargs,
             stats_window_size=stats_window_size,
@@ -112,26 +129,56 @@ class IMPALA(VTraceActorCritic):
             _init_setup_model=_init_setup_model,
         )
 
+    def _setup_model(self) -> None:
+        self.max_batch_reuse = self.n_epochs  # also when load(path, n_epochs=...) set it without the constructor
+        super()._setup_model()
+
     def _train_step(self, batch: TrainingBatch) -> dict[str, float]:
+        """One pass over ``batch``: one gradient step (the paper), or shuffled minibatches on per-pass targets."""
+        minibatches = self._minibatch_indices(batch)
+        targets = None if minibatches == [None] else self._pass_targets(batch)
+        return self._train_pass(minibatches, lambda indices: self._train_minibatch(batch, indices, targets))
+
+    @th.no_grad()
+    def _pass_targets(self, batch: TrainingBatch) -> tuple[th.Tensor, th.Tensor]:
+        """V-trace ``(v_s, rho_s A_s)`` of the whole batch, flat, with the policy at the start of the pass as pi."""
         distribution, values = evaluate_policy_and_values(self.policy, batch.observations)
-        log_prob = distribution.log_prob(batch.actions)
+        vs, pg_advantages = self._vtrace_targets(batch, values, distribution.log_prob(batch.actions), self.policy)
+        return vs.flatten(), pg_advantages.flatten()
+
+    def _train_minibatch(
+        self, batch: TrainingBatch, indices: th.Tensor | None, targets: tuple[th.Tensor, th.Tensor] | None
+    ) -> dict[str, th.Tensor]:
+        """One gradient step on the samples ``indices`` of ``batch`` (None: all); returns unsynced statistics."""
+        select = slice(None) if indices is None else indices
+        distribution, values = evaluate_policy_and_values(self.policy, index_observation(batch.observations, select))
+        log_prob = distribution.log_prob(batch.actions[select])
         entropy = distribution.entropy()
-        # V-trace targets and advantages with the current policy as pi (section 4.1, eq. 1).
-        vs, pg_advantages = self._vtrace_targets(batch, values, log_prob.detach(), self.policy)
+        if targets is None:
+            # V-trace targets and advantages with the current policy as pi (section 4.1, eq. 1).
+            vs, pg_advantages = self._vtrace_targets(batch, values, log_prob.detach(), self.policy)
+            vs, pg_advantages = vs.flatten(), pg_advantages.flatten()
+        else:
+            vs, pg_advantages = targets[0][select], targets[1][select]
         advantages = self._prepare_advantages(pg_advantages)
         # Section 4.2: policy gradient rho_s (r_s + gamma v_{s+1} - V(x_s)) grad log pi(a_s|x_s).
         policy_loss = -(advantages * log_prob).mean()
         # Section 4.2: value regression towards v_s.
-        value_loss = F.mse_loss(values, vs.flatten())
+        value_loss = F.mse_loss(values, vs)
         # Section 4.2: entropy bonus.
         entropy_loss = -entropy.mean()
         loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
         self._clip_gradients_and_step(loss)
         with th.no_grad():
-            is_ratio = self._behaviour_ratio(log_prob, batch.behaviour_log_probs.flatten())
-            names = ["policy_gradient_loss", "value_loss", "entropy_loss", "loss", "is_ratio_mean", "is_ratio_max"]
-            values = [policy_loss, value_loss, entropy_loss, loss, is_ratio.mean(), is_ratio.max()]
-            return dict(zip(names, th.stack(values).tolist(), strict=True))  # one device sync
+            is_ratio = self._behaviour_ratio(log_prob, batch.behaviour_log_probs.flatten()[select])
+            return {
+                "policy_gradient_loss": policy_loss.detach(),
+                "value_loss": value_loss.detach(),
+                "entropy_loss": entropy_loss.detach(),
+                "loss": loss.detach(),
+                "is_ratio_mean": is_ratio.mean(),
+                "is_ratio_max": is_ratio.max(),
+            }
 
     def learn(
         self: SelfIMPALA,

@@ -99,9 +99,14 @@ def sample_impact_params(trial: optuna.Trial, n_actions: int, n_envs: int, addit
 
 
 def sample_impala_params(trial: optuna.Trial, n_actions: int, n_envs: int, additional_args: dict) -> dict[str, Any]:
-    """IMPALA: unroll length, V-trace clips, advantage normalisation and the shared actor-critic space."""
+    """
+    IMPALA: unroll length, passes over each batch and their minibatch size, V-trace clips, advantage
+    normalisation and the shared actor-critic space.
+    """
     params = _sample_actor_critic(trial, n_actions, (3, 9))
     params.update(
+        n_epochs=trial.suggest_categorical("n_epochs", [1, 2, 4, 8]),
+        batch_size_pow=trial.suggest_int("batch_size_pow", 5, 10),
         vtrace_clip_rho_threshold=trial.suggest_categorical("vtrace_clip_rho_threshold", [1.0, 2.0]),
         vtrace_clip_pg_rho_threshold=trial.suggest_categorical("vtrace_clip_pg_rho_threshold", [1.0, 2.0]),
         normalize_advantage=trial.suggest_categorical("normalize_advantage", [True, False]),
