@@ -17,6 +17,8 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 from sb3_impact import PTRPPO
 from sb3_impact.common.distributions import distribution_from_params
 from sb3_impact.common.segments import Segment
+from sb3_impact.common.training_batch import TrainingBatch
+from sb3_impact.ptr_ppo import ptr_ppo as ptr_ppo_module
 from sb3_impact.ptr_ppo.memory import PRIORITY_EPS, RunningReturnStatistics, TrajectoryMemory
 from sb3_impact.ptr_ppo.ptr_ppo import REPLAY_RATIOS, segment_priorities
 from sb3_impact.ptr_ppo.sum_tree import SumTree
@@ -265,7 +267,7 @@ def test_insertion_priorities_follow_the_definition(priority):
     if priority == "reward":
         expected = np.abs(memory.returns[slots] - memory.return_statistics.mean) / memory.return_statistics.std
     else:
-        scored = model._score_segments(memory.get(slots), with_reference=False)  # as line 18 does
+        scored = model._score_segments(TrainingBatch.from_segment(memory.get(slots), model.device), with_reference=False)
         expected = segment_priorities(scored["advantages"], priority)
     np.testing.assert_allclose(memory.priorities[slots], expected, rtol=1e-5)
 
@@ -387,6 +389,30 @@ def test_replay_round_surrogate_against_slow_reference_from_the_paper(replay_rat
         assert math.isclose(stats["replay_ratio_mean"], 1.0, rel_tol=1e-5)  # the ratio starts every round at 1
     else:  # the perturbation moved pi away from b and pi_old: the three surrogates differ here
         assert not math.isclose(stats["replay_ratio_mean"], 1.0, rel_tol=1e-3)
+
+
+@pytest.mark.parametrize("replay_ratio", REPLAY_RATIOS)
+def test_one_minibatch_round_scores_with_its_gradient_forward_pass(replay_ratio, monkeypatch):
+    """
+    A round of one minibatch takes its scores from the forward pass of its gradient step: the same training as
+    scoring with a separate evaluation-mode pass (forced here by pretending the network has mode-dependent layers).
+    """
+
+    def train(fused: bool):
+        monkeypatch.setattr(ptr_ppo_module, "has_mode_dependent_layers", lambda module: not fused)
+        env = make_vec_env("CartPole-v1", n_envs=2, seed=0, env_kwargs=dict(max_episode_steps=12))
+        model = PTRPPO("MlpPolicy", env, replay_rounds=2, replay_ratio=replay_ratio, seed=0, **SMALL)
+        assert model._fuses_scoring_forward(model.n_steps * model.effective_replay_batch) == fused
+        model.learn(128)
+        return model
+
+    fused, separate = train(True), train(False)
+    assert fused.replay_updates == separate.replay_updates == 8
+    np.testing.assert_allclose(fused.replay_memory.priorities, separate.replay_memory.priorities, rtol=1e-4, atol=1e-6)
+    for (name, expected), actual in zip(separate.policy.state_dict().items(), fused.policy.state_dict().values(), strict=True):
+        th.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-5, msg=name)
+    # More than one minibatch per round: scored in a separate pass.
+    assert not PTRPPO("MlpPolicy", "CartPole-v1", **{**SMALL, "batch_size": 16})._fuses_scoring_forward(32)
 
 
 def test_old_policy_is_the_policy_before_the_fresh_update():

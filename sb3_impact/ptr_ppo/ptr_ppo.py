@@ -18,10 +18,10 @@ from sb3_impact.common.estimators import (
     gae_with_episode_ends,
     truncated_importance_weight,
 )
+from sb3_impact.common.modes import has_mode_dependent_layers
 from sb3_impact.common.observations import index_observation
 from sb3_impact.common.policy_evaluation import evaluate_in_chunks, evaluate_policy_and_values
 from sb3_impact.common.segment_ppo import SegmentPPO
-from sb3_impact.common.segments import Segment
 from sb3_impact.common.training_batch import TrainingBatch
 from sb3_impact.ptr_ppo.memory import TrajectoryMemory
 from sb3_impact.ptr_ppo.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
@@ -247,23 +247,27 @@ class PTRPPO(SegmentPPO):
     # ---------------------------------------------------------------- scoring segments
 
     @th.no_grad()
-    def _score_segments(self, segment: Segment, with_reference: bool = True) -> dict[str, th.Tensor]:
+    def _score_segments(
+        self, batch: TrainingBatch, with_reference: bool = True, current: tuple[th.Tensor, th.Tensor] | None = None
+    ) -> dict[str, th.Tensor]:
         """
-        Evaluate a segment with the current network: time-major ``[T, B]`` GAE (eq. 18), one-step TD targets,
-        ``log pi - log b`` and episode ends, plus the flat (time-major) tensors the loss needs, among them
-        ``reference_log_probs``, the log-denominator of the surrogate's ratio chosen by ``replay_ratio``
-        (skipped with ``with_reference=False``: the insertion priorities need the GAE only).
+        Evaluate a batch of segments with the current network: time-major ``[T, B]`` GAE (eq. 18), one-step TD
+        targets, ``log pi - log b`` and episode ends, plus the flat (time-major) tensors the loss needs, among
+        them ``reference_log_probs``, the log-denominator of the surrogate's ratio chosen by ``replay_ratio``
+        (skipped with ``with_reference=False``: the insertion priorities need the GAE only). ``current``: the
+        network's values and log-probabilities of the batch (flat), when the caller has them already.
         """
-        batch = TrainingBatch.from_segment(segment, self.device)
         self.policy.set_training_mode(False)
-        results = evaluate_in_chunks(
-            self.policy,
-            batch.observations,
-            batch.size,
-            lambda chunk, distribution, values: (values, distribution.log_prob(batch.actions[chunk])),
-        )
-        values = th.cat([chunk_values for chunk_values, _ in results]).reshape(batch.n_steps, batch.n_envs)
-        log_probs = th.cat([log_prob for _, log_prob in results]).reshape(batch.n_steps, batch.n_envs)
+        if current is None:
+            results = evaluate_in_chunks(
+                self.policy,
+                batch.observations,
+                batch.size,
+                lambda chunk, distribution, values: (values, distribution.log_prob(batch.actions[chunk])),
+            )
+            current = th.cat([values for values, _ in results]), th.cat([log_prob for _, log_prob in results])
+        values = current[0].detach().reshape(batch.n_steps, batch.n_envs)
+        log_probs = current[1].detach().reshape(batch.n_steps, batch.n_envs)
         bootstrap_values, final_values = batch.bootstrap_values(self.policy)
         rewards, discounts = fold_truncation_bootstrap(
             batch.rewards, batch.terminations, batch.truncations, final_values, self.gamma
@@ -316,7 +320,7 @@ class PTRPPO(SegmentPPO):
             # Line 18: priorities of the new segments, with the network just updated on them.
             advantages = None
             if self.priority != "reward":  # (with more environments than slots, only the last ones were kept)
-                scored = self._score_segments(segment, with_reference=False)
+                scored = self._score_segments(TrainingBatch.from_segment(segment, self.device), with_reference=False)
                 advantages = scored["advantages"][:, segment.n_envs - len(slots) :]
             memory.update_priorities(slots, self._priorities(slots, advantages))
 
@@ -335,12 +339,28 @@ class PTRPPO(SegmentPPO):
         self.logger.record("train/replayed_segments", self.replayed_segments)
         self.logger.record("train/replay_updates", self.replay_updates)
 
+    def _fuses_scoring_forward(self, samples: int) -> bool:
+        """
+        Whether a round of ``samples`` takes its scores from the forward pass of its gradient step: when the
+        round is one minibatch, the network that scores it (Algorithm 1, line 22) is the one its only step
+        differentiates, so one forward pass serves both (unless a layer computes differently in evaluation mode).
+        """
+        return samples <= self.batch_size and not has_mode_dependent_layers(self.policy)
+
     def _replay_round(self) -> dict[str, float]:
         """Algorithm 1, lines 21-24: sample M segments, one epoch of PTR-PPO minibatch steps, new priorities."""
         assert self._replay_rng is not None
         memory = self.replay_memory
         slots = memory.sample(self.effective_replay_batch, self._replay_rng)
-        scored = self._score_segments(memory.get(slots))
+        batch = TrainingBatch.from_segment(memory.get(slots), self.device)
+        clip_range = self.clip_range(self._current_progress_remaining)  # type: ignore[operator]
+        self.policy.set_training_mode(True)
+        forward = None
+        if self._fuses_scoring_forward(batch.size):
+            distribution, values = evaluate_policy_and_values(self.policy, batch.observations)
+            forward = distribution, values, distribution.log_prob(batch.actions)
+        scored = self._score_segments(batch, current=None if forward is None else (forward[1], forward[2]))
+        self.policy.set_training_mode(True)
         with th.no_grad():
             # Eqs. (19)-(21): done-cut importance product, truncated weight, off-policy advantage.
             rho_marg = truncated_importance_weight(done_cut_log_rho(scored["log_ratios"], scored["dones"]), self.eps_marg)
@@ -350,28 +370,30 @@ class PTRPPO(SegmentPPO):
             td_targets = scored["td_targets"].flatten()
         new_priorities = self._priorities(slots, scored["advantages"])
 
-        clip_range = self.clip_range(self._current_progress_remaining)  # type: ignore[operator]
-        self.policy.set_training_mode(True)
         size = advantages.shape[0]
-        losses, policy_losses, value_losses, entropy_losses, clip_fractions, kls = [], [], [], [], [], []
-        is_ratio_means, ratio_means = [], []
-        is_ratio_max = ratio_max = 0.0
         permutation = th.as_tensor(self._replay_rng.permutation(size), device=self.device)
-        for start in range(0, size, self.batch_size):
-            indices = permutation[start : start + self.batch_size]
-            observations = index_observation(scored["observations"], indices)
-            distribution, values = evaluate_policy_and_values(self.policy, observations)
-            log_prob = distribution.log_prob(scored["actions"][indices])
+        # One minibatch: its loss does not depend on the sample order, and the fused forward pass is in batch order.
+        minibatches = [None] if forward is not None else list(permutation.split(self.batch_size))
+        statistics = []
+        for indices in minibatches:
+            select = slice(None) if indices is None else indices
+            if forward is None:
+                distribution, values = evaluate_policy_and_values(
+                    self.policy, index_observation(scored["observations"], select)
+                )
+                log_prob = distribution.log_prob(scored["actions"][select])
+            else:
+                distribution, values, log_prob = forward
             entropy = distribution.entropy()
-            batch_advantages = advantages[indices]
+            batch_advantages = advantages[select]
             if self.normalize_advantage and len(batch_advantages) > 1:
                 batch_advantages = (batch_advantages - batch_advantages.mean()) / (batch_advantages.std() + 1e-8)
             # Eq. (22): clipped surrogate, ratio to pi_ref (replay_ratio) in log space.
             policy_loss, ratio = clipped_surrogate(
-                log_prob, scored["reference_log_probs"][indices], batch_advantages, clip_range
+                log_prob, scored["reference_log_probs"][select], batch_advantages, clip_range
             )
             # Eq. (16) with V(s) and V(s') in their places: w (r + gamma V(s') (1 - d) - V(s))^2.
-            value_loss = (value_weights[indices] * (td_targets[indices] - values) ** 2).mean()
+            value_loss = (value_weights[select] * (td_targets[select] - values) ** 2).mean()
             entropy_loss = -th.mean(entropy) if entropy is not None else -th.mean(-log_prob)
             loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss  # eq. (23)
             self.policy.optimizer.zero_grad()
@@ -380,31 +402,28 @@ class PTRPPO(SegmentPPO):
             self.policy.optimizer.step()
             self.replay_updates += 1
             with th.no_grad():
-                kl = kl_from_params(self.action_space, scored["behaviour_params"][indices], distribution).mean()
+                kl = kl_from_params(self.action_space, scored["behaviour_params"][select], distribution).mean()
                 clip_fraction = (th.abs(ratio - 1) > clip_range).float().mean()
-                is_ratio = clamped_ratio(log_prob - scored["behaviour_log_probs"][indices])  # pi / b, logged as before
-                statistics = [loss, policy_loss, value_loss, entropy_loss, clip_fraction, kl, is_ratio.mean(), ratio.mean()]
-                values_logged = th.stack([*statistics, is_ratio.max(), ratio.max()]).tolist()
-            ratio_max = max(ratio_max, values_logged.pop())
-            is_ratio_max = max(is_ratio_max, values_logged.pop())
-            stores = (losses, policy_losses, value_losses, entropy_losses, clip_fractions, kls, is_ratio_means, ratio_means)
-            for store, value in zip(stores, values_logged, strict=True):
-                store.append(value)
+                is_ratio = clamped_ratio(log_prob - scored["behaviour_log_probs"][select])  # pi / b, logged as before
+                means = [loss, policy_loss, value_loss, entropy_loss, clip_fraction, kl, is_ratio.mean(), ratio.mean()]
+                statistics.append(th.stack([*means, is_ratio.max(), ratio.max()]))
+        means = th.stack(statistics).mean(dim=0).tolist()  # one device sync per round
+        maxima = th.stack(statistics).max(dim=0).values.tolist()
 
         # Line 24: the sampled segments' priorities, from the GAE of this round.
         memory.update_priorities(slots, new_priorities)
         self.replayed_segments += len(slots)
         return {
-            "replay_loss": float(np.mean(losses)),
-            "replay_policy_gradient_loss": float(np.mean(policy_losses)),
-            "replay_value_loss": float(np.mean(value_losses)),
-            "replay_entropy_loss": float(np.mean(entropy_losses)),
-            "replay_clip_fraction": float(np.mean(clip_fractions)),
-            "replay_kl": float(np.mean(kls)),
-            "replay_is_ratio_mean": float(np.mean(is_ratio_means)),
-            "replay_is_ratio_max": is_ratio_max,
-            "replay_ratio_mean": float(np.mean(ratio_means)),
-            "replay_ratio_max": ratio_max,
+            "replay_loss": means[0],
+            "replay_policy_gradient_loss": means[1],
+            "replay_value_loss": means[2],
+            "replay_entropy_loss": means[3],
+            "replay_clip_fraction": means[4],
+            "replay_kl": means[5],
+            "replay_is_ratio_mean": means[6],
+            "replay_is_ratio_max": maxima[8],
+            "replay_ratio_mean": means[7],
+            "replay_ratio_max": maxima[9],
             "rho_marg_mean": float(rho_marg.mean()),
             "rho_marg_max": float(rho_marg.max()),
         }
