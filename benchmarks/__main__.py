@@ -23,7 +23,7 @@ SUBCOMMANDS = {
     "gradient_step_cost": "ms per gradient step of V-RACER, SAC, SACReFER... side by side, with the arithmetic floor",
     "vracer_ablation": "V-RACER with each subset of the ReF-ER rules",
     "ptr_ppo_priorities": "PTR-PPO with each trajectory priority",
-    "ptr_ppo_atari_throughput": "PTR-PPO's Atari env steps per second against PPO's",
+    "iteration_cost": "where an on-policy iteration's time goes (collection, epochs, PTR-PPO's replay), per iteration",
 }
 
 
