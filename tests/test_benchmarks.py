@@ -369,3 +369,25 @@ def test_sigterm_is_a_keyboard_interrupt_inside_the_harness_and_restored_after()
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(5)  # the signal is handled before this returns
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_iteration_cost_sections_add_up_and_count_sample_gradients(tmp_path, monkeypatch):
+    """Every section of PTR-PPO's iteration is timed once (no double counting): the sections sum to learn()."""
+    from benchmarks import iteration_cost
+
+    row = iteration_cost.measure(
+        "ptr_ppo[n_steps=32,n_envs=2,batch_size=64,n_epochs=2,replay_rounds=2,replay_batch=2]", "CartPole-v1", 256, 0, 160_000
+    )
+    assert row["iterations"] == 4 and row["env_steps"] == 256
+    assert set(row["ms_per_iteration"]) == set(iteration_cost.SECTIONS)
+    assert all(value >= 0 for value in row["ms_per_iteration"].values())
+    assert row["ms_per_iteration"]["replay_steps"] > 0 and row["ms_per_iteration"]["scoring"] > 0
+    assert math.isclose(sum(row["share"].values()), 1.0, rel_tol=1e-9)
+    # 2 fresh epochs of 64 samples and 2 rounds of 2 replayed segments of 32 per iteration, per 64 env steps
+    assert math.isclose(row["sample_gradients_per_env_step"], (2 * 64 + 2 * 2 * 32) / 64)
+    ppo = iteration_cost.measure("ppo[n_steps=32,n_envs=2,batch_size=64]", "CartPole-v1", 128, 0, 160_000)
+    assert ppo["ms_per_iteration"]["fresh_epochs"] > 0 and ppo["ms_per_iteration"]["replay_steps"] == 0
+    monkeypatch.setattr(sys, "argv", ["iteration_cost", "--algos", "ppo[n_steps=32]", "--env", "CartPole-v1"])
+    monkeypatch.setattr(sys, "argv", [*sys.argv, "--steps", "64", "--out", str(tmp_path)])
+    iteration_cost.main()
+    assert {path.suffix for path in tmp_path.iterdir()} == {".json", ".csv", ".png"}
