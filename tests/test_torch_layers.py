@@ -57,3 +57,13 @@ def test_cnn_policy_learns_saves_and_loads(algo, tmp_path):
     np.testing.assert_array_equal(
         loaded.predict(observation, deterministic=True)[0], model.predict(observation, deterministic=True)[0]
     )
+
+
+def test_fused_adam_with_sb3_eps_unless_the_optimizer_is_chosen():
+    policy = ActorCriticCnnPolicy(IMAGES, gym.spaces.Discrete(2), lambda _: 1e-4)
+    assert isinstance(policy.optimizer, th.optim.Adam)
+    assert policy.optimizer.defaults["fused"] and policy.optimizer.defaults["eps"] == 1e-5
+    chosen = ActorCriticCnnPolicy(IMAGES, gym.spaces.Discrete(2), lambda _: 1e-4, optimizer_kwargs=dict(eps=1e-3))
+    assert not chosen.optimizer.defaults["fused"] and chosen.optimizer.defaults["eps"] == 1e-3
+    sgd = ActorCriticCnnPolicy(IMAGES, gym.spaces.Discrete(2), lambda _: 1e-4, optimizer_class=th.optim.SGD)
+    assert isinstance(sgd.optimizer, th.optim.SGD)

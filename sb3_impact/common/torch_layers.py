@@ -6,7 +6,7 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.policies import ActorCriticCnnPolicy as SB3ActorCriticCnnPolicy
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor, NatureCNN
-from stable_baselines3.common.type_aliases import Schedule
+from stable_baselines3.common.type_aliases import PyTorchObs, Schedule
 
 
 class ChannelsLastNatureCNN(NatureCNN):
@@ -25,9 +25,14 @@ class ChannelsLastNatureCNN(NatureCNN):
 
 class ActorCriticCnnPolicy(SB3ActorCriticCnnPolicy):
     """
-    SB3's ``ActorCriticCnnPolicy`` with :class:`ChannelsLastNatureCNN` as the default features extractor: the
-    same network (``net_arch`` None means no hidden layers after the CNN, as SB3 does for ``NatureCNN``) and
-    the same numbers, faster on CPU. ``features_extractor_class`` still takes any other.
+    SB3's ``ActorCriticCnnPolicy``, faster on CPU with the same network and numbers:
+
+    - :class:`ChannelsLastNatureCNN` as the default features extractor (``net_arch`` None means no hidden
+      layers after the CNN, as SB3 does for ``NatureCNN``); ``features_extractor_class`` takes any other;
+    - image observations made channels-last before SB3's preprocessing (a uint8 copy, not a float one);
+    - Adam with ``fused=True`` (one kernel per step instead of a loop over the parameters: 18 ms per step of
+      the 1.7M-parameter network on one thread of the 2-core machine, most of it the loop) and SB3's
+      ``eps=1e-5``, unless ``optimizer_class`` or ``optimizer_kwargs`` are given.
     """
 
     def __init__(
@@ -42,6 +47,8 @@ class ActorCriticCnnPolicy(SB3ActorCriticCnnPolicy):
     ) -> None:
         if net_arch is None and issubclass(features_extractor_class, NatureCNN):
             net_arch = []
+        if kwargs.get("optimizer_class", th.optim.Adam) is th.optim.Adam and kwargs.get("optimizer_kwargs") is None:
+            kwargs["optimizer_kwargs"] = {"eps": 1e-5, "fused": True}
         super().__init__(
             observation_space,
             action_space,
@@ -55,3 +62,10 @@ class ActorCriticCnnPolicy(SB3ActorCriticCnnPolicy):
         for module in self.modules():
             if isinstance(module, ChannelsLastNatureCNN):
                 module.cnn.to(memory_format=th.channels_last)  # type: ignore[call-overload]
+
+    def extract_features(  # type: ignore[override]
+        self, obs: PyTorchObs, features_extractor: BaseFeaturesExtractor | None = None
+    ) -> th.Tensor | tuple[th.Tensor, th.Tensor]:
+        if isinstance(obs, th.Tensor) and obs.dim() == 4:
+            obs = obs.contiguous(memory_format=th.channels_last)  # before preprocessing turns it into floats
+        return super().extract_features(obs, features_extractor)
