@@ -226,9 +226,13 @@ def test_impala_validates_shared_parameters():
 @pytest.mark.parametrize(
     "kwargs,name", [({"n_epochs": 0}, "n_epochs"), ({"batch_size": 0}, "batch_size"), ({"batch_size": 2.5}, "batch_size")]
 )
-def test_impala_validates_its_passes(kwargs, name):
+def test_impala_validates_its_passes(kwargs, name, tmp_path):
     with pytest.raises(ValueError, match=name):
         IMPALA("MlpPolicy", "CartPole-v1", **kwargs)
+    IMPALA("MlpPolicy", "CartPole-v1", **SMALL).save(tmp_path / "model")
+    if name == "n_epochs":  # also when load() sets it
+        with pytest.raises(ValueError, match=name):
+            IMPALA.load(tmp_path / "model", **kwargs)
 
 
 @pytest.mark.filterwarnings("ignore:batch_size=12 does not divide")

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch as th
 from stable_baselines3.common.policies import ActorCriticCnnPolicy as SB3ActorCriticCnnPolicy
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 
 from sb3_impact import IMPACT, IMPALA, PPOAMBER, PTRPPO
 from sb3_impact.common.torch_layers import ActorCriticCnnPolicy, ChannelsLastNatureCNN
@@ -38,12 +39,24 @@ def test_same_network_and_outputs_as_sb3(action_space, share_features_extractor)
     th.testing.assert_close(sb3.predict_values(observations), ours.predict_values(observations), rtol=1e-5, atol=1e-5)
 
 
-def test_other_features_extractors_are_left_alone():
-    from stable_baselines3.common.torch_layers import FlattenExtractor
+class ViewingCNN(BaseFeaturesExtractor):
+    """A user's extractor that flattens with ``view``, which a channels-last tensor refuses."""
 
-    policy = ActorCriticCnnPolicy(IMAGES, gym.spaces.Discrete(2), lambda _: 1e-4, features_extractor_class=FlattenExtractor)
-    assert isinstance(policy.features_extractor, FlattenExtractor)
+    def __init__(self, observation_space: gym.Space) -> None:
+        super().__init__(observation_space, features_dim=8 * 20 * 20)
+        self.conv = th.nn.Conv2d(observation_space.shape[0], 8, kernel_size=8, stride=4)
+
+    def forward(self, observations: th.Tensor) -> th.Tensor:
+        return self.conv(observations).view(len(observations), -1)
+
+
+@pytest.mark.parametrize("share_features_extractor", [True, False])
+def test_other_features_extractors_get_sb3_layout_and_defaults(share_features_extractor):
+    kwargs = dict(features_extractor_class=ViewingCNN, share_features_extractor=share_features_extractor)
+    policy = ActorCriticCnnPolicy(IMAGES, gym.spaces.Discrete(2), lambda _: 1e-4, **kwargs)
+    assert isinstance(policy.features_extractor, ViewingCNN)
     assert len(policy.mlp_extractor.policy_net) > 0  # SB3's default 64 x 64 for extractors other than NatureCNN
+    policy.evaluate_actions(th.randint(0, 256, (3, *IMAGES.shape), dtype=th.uint8).float(), th.zeros(3))
 
 
 @pytest.mark.parametrize("algo", [IMPACT, IMPALA, PPOAMBER, PTRPPO])

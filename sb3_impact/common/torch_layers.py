@@ -28,8 +28,9 @@ class ActorCriticCnnPolicy(SB3ActorCriticCnnPolicy):
     SB3's ``ActorCriticCnnPolicy``, faster on CPU with the same network and numbers:
 
     - :class:`ChannelsLastNatureCNN` as the default features extractor (``net_arch`` None means no hidden
-      layers after the CNN, as SB3 does for ``NatureCNN``); ``features_extractor_class`` takes any other;
-    - image observations made channels-last before SB3's preprocessing (a uint8 copy, not a float one);
+      layers after it, as SB3 does for ``NatureCNN``); ``features_extractor_class`` takes any other;
+    - image observations made channels-last before SB3's preprocessing (a uint8 copy, not a float one), for
+      :class:`ChannelsLastNatureCNN` only (other extractors get SB3's layout, e.g. for their ``view`` calls);
     - Adam with ``fused=True`` (one kernel per step instead of a loop over the parameters: 18 ms per step of
       the 1.7M-parameter network on one thread of the 2-core machine, most of it the loop) and SB3's
       ``eps=1e-5``, unless ``optimizer_class`` or ``optimizer_kwargs`` are given.
@@ -45,8 +46,8 @@ class ActorCriticCnnPolicy(SB3ActorCriticCnnPolicy):
         features_extractor_class: type[BaseFeaturesExtractor] = ChannelsLastNatureCNN,
         **kwargs: Any,
     ) -> None:
-        if net_arch is None and issubclass(features_extractor_class, NatureCNN):
-            net_arch = []
+        if net_arch is None and features_extractor_class in (NatureCNN, ChannelsLastNatureCNN):
+            net_arch = []  # SB3's default for NatureCNN
         if kwargs.get("optimizer_class", th.optim.Adam) is th.optim.Adam and kwargs.get("optimizer_kwargs") is None:
             kwargs["optimizer_kwargs"] = {"eps": 1e-5, "fused": True}
         super().__init__(
@@ -66,6 +67,7 @@ class ActorCriticCnnPolicy(SB3ActorCriticCnnPolicy):
     def extract_features(  # type: ignore[override]
         self, obs: PyTorchObs, features_extractor: BaseFeaturesExtractor | None = None
     ) -> th.Tensor | tuple[th.Tensor, th.Tensor]:
-        if isinstance(obs, th.Tensor) and obs.dim() == 4:
+        extractor = features_extractor if features_extractor is not None else self.features_extractor
+        if isinstance(obs, th.Tensor) and obs.dim() == 4 and isinstance(extractor, ChannelsLastNatureCNN):
             obs = obs.contiguous(memory_format=th.channels_last)  # before preprocessing turns it into floats
         return super().extract_features(obs, features_extractor)

@@ -18,6 +18,11 @@ from sb3_impact.impala.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 SelfIMPALA = TypeVar("SelfIMPALA", bound="IMPALA")
 
 
+def _check_n_epochs(n_epochs: Any) -> None:
+    if not isinstance(n_epochs, (int, np.integer)) or n_epochs < 1:
+        raise ValueError(f"n_epochs must be an integer >= 1, got {n_epochs!r}")
+
+
 class IMPALA(VTraceActorCritic):
     """
     IMPALA's V-trace actor-critic (paper: https://arxiv.org/abs/1802.01561, section 4).
@@ -41,7 +46,7 @@ class IMPALA(VTraceActorCritic):
     :param batch_size: Minibatch size of the gradient steps in each pass over a batch (None: the whole batch,
         one gradient step per pass, as in the paper)
     :param n_epochs: Passes over each batch (1: the paper's single use)
-    :param broadcast_interval: gradient steps between weight broadcasts to the collector
+    :param broadcast_interval: passes (batch draws) between weight broadcasts to the collector
     :param gamma: Discount factor
     :param gae_lambda: lambda of V-trace's trace coefficients (1 is the paper's V-trace)
     :param vtrace_clip_rho_threshold: rho_bar of V-trace
@@ -97,8 +102,7 @@ class IMPALA(VTraceActorCritic):
         device: th.device | str = "auto",
         _init_setup_model: bool = True,
     ) -> None:
-        if not isinstance(n_epochs, (int, np.integer)) or n_epochs < 1:
-            raise ValueError(f"n_epochs must be an integer >= 1, got {n_epochs!r}")
+        _check_n_epochs(n_epochs)
         self.n_epochs = n_epochs
         super().__init__(
             policy,
@@ -130,7 +134,8 @@ class IMPALA(VTraceActorCritic):
         )
 
     def _setup_model(self) -> None:
-        self.max_batch_reuse = self.n_epochs  # also when load(path, n_epochs=...) set it without the constructor
+        _check_n_epochs(self.n_epochs)  # also when load(path, n_epochs=...) set it without the constructor
+        self.max_batch_reuse = self.n_epochs
         super()._setup_model()
 
     def _train_step(self, batch: TrainingBatch) -> dict[str, float]:

@@ -407,7 +407,7 @@ class PTRPPO(SegmentPPO):
                 is_ratio = clamped_ratio(log_prob - scored["behaviour_log_probs"][select])  # pi / b, logged as before
                 means = [loss, policy_loss, value_loss, entropy_loss, clip_fraction, kl, is_ratio.mean(), ratio.mean()]
                 statistics.append(th.stack([*means, is_ratio.max(), ratio.max()]))
-        means = th.stack(statistics).mean(dim=0).tolist()  # one device sync per round
+        means = th.stack(statistics).mean(dim=0).tolist()  # synced once per round, not per minibatch
         maxima = th.stack(statistics).max(dim=0).values.tolist()
 
         # Line 24: the sampled segments' priorities, from the GAE of this round.

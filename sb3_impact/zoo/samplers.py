@@ -75,7 +75,7 @@ def convert_actor_critic_params(params: dict[str, Any]) -> dict[str, Any]:
     policy_extras = {key: params.pop(key) for key in POLICY_KEYS if key in params}
     hyperparams = convert_onpolicy_params(params)
     hyperparams["policy_kwargs"].update(policy_extras)
-    if "batch_size" in hyperparams:
+    if hyperparams.get("batch_size") is not None:
         hyperparams["batch_size"] = min(hyperparams["batch_size"], hyperparams["n_steps"])
     return hyperparams
 
@@ -106,7 +106,8 @@ def sample_impala_params(trial: optuna.Trial, n_actions: int, n_envs: int, addit
     params = _sample_actor_critic(trial, n_actions, (3, 9))
     params.update(
         n_epochs=trial.suggest_categorical("n_epochs", [1, 2, 4, 8]),
-        batch_size_pow=trial.suggest_int("batch_size_pow", 5, 10),
+        # None: one gradient step on the whole batch per pass (the paper's).
+        batch_size=trial.suggest_categorical("batch_size", [None, 32, 64, 128, 256, 512]),
         vtrace_clip_rho_threshold=trial.suggest_categorical("vtrace_clip_rho_threshold", [1.0, 2.0]),
         vtrace_clip_pg_rho_threshold=trial.suggest_categorical("vtrace_clip_pg_rho_threshold", [1.0, 2.0]),
         normalize_advantage=trial.suggest_categorical("normalize_advantage", [True, False]),
