@@ -1,6 +1,7 @@
 """
-Where an on-policy iteration's time goes: collection, rollout buffer, fresh PPO epochs, and for PTR-PPO its
-replay (scoring forward passes, tensor building, priority memory, replay gradient steps), per iteration.
+Where an on-policy iteration's time goes: collection, rollout buffer, PPO epochs, and for PTR-PPO its replay
+(scoring forward passes, tensor building, priority memory, replay gradient steps), for PPO-AMBER its replay
+ratios and memory, per iteration.
 
     python -m benchmarks iteration_cost --algos ppo ptr_ppo --env BreakoutNoFrameskip-v4 --steps 6144 \\
         --out results/ptr_ppo/iteration_cost
@@ -13,18 +14,22 @@ is its own, without the sections it calls, so the sections add up to the whole `
 - ``collection``: stepping the environments with the policy (SB3's ``collect_rollouts``, or the collector's
   ``get_segment``: with an asynchronous collector, the wait for the next segment);
 - ``rollout_buffer``: a segment into the rollout buffer (values and GAE);
-- ``fresh_epochs``: SB3 PPO's ``train()``, the epochs on the fresh rollout;
+- ``epochs``: SB3 PPO's ``train()``, the epochs on the fresh rollout (PTR-PPO's fresh update); PPO-AMBER's
+  epochs over its active batches (its ``train()`` without the parts below);
 - ``replay_steps``: PTR-PPO's replay rounds without the parts below: forward and backward passes of the replay
   minibatches, the importance weights, the loss;
 - ``scoring``: PTR-PPO's scoring passes (insertion priorities, and each round's old-policy, bootstrap and,
-  for rounds of several minibatches, current-policy evaluation);
+  for rounds of several minibatches, current-policy evaluation); PPO-AMBER's replay ratios R' (eq. 10) and
+  KL of every stored batch;
 - ``tensor_building``: segments into learner tensors (``TrainingBatch.from_segment``);
-- ``memory``: the priority memory (add, get, sample, priority updates);
+- ``memory``: PTR-PPO's priority memory (add, get, sample, priority updates); PPO-AMBER's copy of the rollout
+  into its memory;
 - ``other``: what ``learn()`` does besides (callbacks, logging, ``train()`` outside its parts).
 
-Sample-gradients count every sample in every gradient step: fresh ``n_epochs * n_steps * n_envs`` per
-iteration plus the replayed samples. Writes ``iteration_cost-ENV.json`` (with the package's commit, so a
-before/after pair can be told apart), ``.csv`` and a ``.png`` of stacked bars into ``--out``; prints a table.
+Sample-gradients count every sample in every gradient step: ``n_epochs * n_steps * n_envs`` per iteration
+plus PTR-PPO's replayed samples; for PPO-AMBER the samples of the minibatches drawn from its memory. Writes
+``iteration_cost-ENV.json`` (with the package's commit, so a before/after pair can be told apart), ``.csv`` and
+a ``.png`` of stacked bars into ``--out``; prints a table.
 """
 
 import argparse
@@ -57,7 +62,7 @@ from benchmarks.common import (
 )
 from sb3_impact.common.training_batch import TrainingBatch
 
-SECTIONS = ("collection", "rollout_buffer", "fresh_epochs", "replay_steps", "scoring", "tensor_building", "memory", "other")
+SECTIONS = ("collection", "rollout_buffer", "epochs", "replay_steps", "scoring", "tensor_building", "memory", "other")
 
 
 class SectionTimer:
@@ -88,7 +93,7 @@ class SectionTimer:
 def timed_sections(model: Any, timer: SectionTimer) -> Iterator[None]:
     """The model's sections wrapped with ``timer`` for the duration of the block."""
     patches = [
-        mock.patch.object(PPO, "train", timer.wrap(PPO.train, "fresh_epochs")),
+        mock.patch.object(PPO, "train", timer.wrap(PPO.train, "epochs")),
         mock.patch.object(OnPolicyAlgorithm, "collect_rollouts", timer.wrap(OnPolicyAlgorithm.collect_rollouts, "collection")),
         mock.patch.object(
             TrainingBatch, "from_segment", classmethod(timer.wrap(TrainingBatch.from_segment.__func__, "tensor_building"))
@@ -110,6 +115,9 @@ def timed_sections(model: Any, timer: SectionTimer) -> Iterator[None]:
         patches.append(mock.patch.object(model, "_score_segments", timer.wrap(model._score_segments, "scoring")))
         for name in ("add", "get", "sample", "update_priorities"):
             patches.append(mock.patch.object(memory, name, timer.wrap(getattr(memory, name), "memory")))
+    if hasattr(model, "_replay_ratios_and_kl"):  # PPO-AMBER
+        patches.append(mock.patch.object(model, "_replay_ratios_and_kl", timer.wrap(model._replay_ratios_and_kl, "scoring")))
+        patches.append(mock.patch.object(model, "_store_rollout", timer.wrap(model._store_rollout, "memory")))
     with contextlib.ExitStack() as stack:
         for patch in patches:
             stack.enter_context(patch)
@@ -145,17 +153,32 @@ def measure(algo: str, env_id: str, steps: int, seed: int, project_steps: int) -
         iterations += 1
         return type(model).train(model, *args, **kwargs)  # looked up now: PPO.train is wrapped
 
-    with timed_sections(model, timer), mock.patch.object(model, "train", timer.wrap(counted_train, "other")):
+    amber = hasattr(model, "_replay_ratios_and_kl")
+    amber_samples = 0  # PPO-AMBER's sample-gradients: the samples of the minibatches it draws from its memory
+
+    def counted_minibatches(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        nonlocal amber_samples
+        for minibatch in minibatches(*args, **kwargs):
+            amber_samples += len(minibatch.actions)
+            yield minibatch
+
+    patches = contextlib.ExitStack()
+    if amber:
+        minibatches = model.replay_memory.minibatches
+        patches.enter_context(mock.patch.object(model.replay_memory, "minibatches", counted_minibatches))
+    # PPO-AMBER's train() is its epochs (it does not call PPO.train); the others' train() calls PPO.train.
+    train_section = "epochs" if amber else "other"
+    with patches, timed_sections(model, timer), mock.patch.object(model, "train", timer.wrap(counted_train, train_section)):
         start = time.perf_counter()
         model.learn(steps)
         total = time.perf_counter() - start
     env.close()
-    accounted = sum(seconds for section, seconds in timer.seconds.items() if section != "other")
+    accounted = sum(seconds for section, seconds in timer.seconds.items() if section in SECTIONS and section != "other")
     section_seconds = {section: timer.seconds.get(section, 0.0) for section in SECTIONS}
     section_seconds["other"] = total - accounted
-    fresh_samples = iterations * model.n_epochs * model.n_steps * model.n_envs
+    fresh_samples = amber_samples if amber else iterations * model.n_epochs * model.n_steps * model.n_envs
     replay_samples = getattr(model, "replayed_segments", 0) * model.n_steps
-    gradient_seconds = section_seconds["fresh_epochs"] + section_seconds["replay_steps"]
+    gradient_seconds = section_seconds["epochs"] + section_seconds["replay_steps"]
     sample_gradients = fresh_samples + replay_samples
     return {
         "algo": algo,

@@ -386,7 +386,12 @@ def test_iteration_cost_sections_add_up_and_count_sample_gradients(tmp_path, mon
     # 2 fresh epochs of 64 samples and 2 rounds of 2 replayed segments of 32 per iteration, per 64 env steps
     assert math.isclose(row["sample_gradients_per_env_step"], (2 * 64 + 2 * 2 * 32) / 64)
     ppo = iteration_cost.measure("ppo[n_steps=32,n_envs=2,batch_size=64]", "CartPole-v1", 128, 0, 160_000)
-    assert ppo["ms_per_iteration"]["fresh_epochs"] > 0 and ppo["ms_per_iteration"]["replay_steps"] == 0
+    assert ppo["ms_per_iteration"]["epochs"] > 0 and ppo["ms_per_iteration"]["replay_steps"] == 0
+    amber = iteration_cost.measure("ppo_amber[n_steps=32,n_envs=2,batch_size=16,n_epochs=2]", "CartPole-v1", 192, 0, 160_000)
+    assert amber["ms_per_iteration"]["epochs"] > 0 and amber["ms_per_iteration"]["scoring"] > 0
+    assert math.isclose(sum(amber["share"].values()), 1.0, rel_tol=1e-9)
+    # each epoch passes over every active batch (1, 2, then up to 3 stored batches of 64 samples)
+    assert 2 * 64 <= amber["sample_gradients_per_env_step"] * 64 <= 2 * 64 * 3
     monkeypatch.setattr(sys, "argv", ["iteration_cost", "--algos", "ppo[n_steps=32]", "--env", "CartPole-v1"])
     monkeypatch.setattr(sys, "argv", [*sys.argv, "--steps", "64", "--out", str(tmp_path)])
     iteration_cost.main()
