@@ -181,8 +181,11 @@ def test_impact_target_network_updates_every_n_times_k():
     assert model.target_updates == model._n_updates // 6
 
 
-def test_impact_loss_stays_finite_with_extreme_ratios():
-    model = IMPACT("MlpPolicy", "CartPole-v1", collector="sync", **SMALL)
+@pytest.mark.parametrize(
+    "algo,kwargs", [(IMPACT, {}), (IMPACT, dict(batch_size=8)), (IMPALA, {}), (IMPALA, dict(batch_size=8, n_epochs=2))]
+)
+def test_loss_stays_finite_with_extreme_ratios(algo, kwargs):
+    model = algo("MlpPolicy", "CartPole-v1", collector="sync", **kwargs, **SMALL)
     model.learn(32)
     collector = model._make_collector()
     segment = collector.get_segment()
