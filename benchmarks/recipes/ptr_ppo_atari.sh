@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# PTR-PPO on Atari on CPU (issue 23): every table of docs/algorithms/ptr_ppo.md's Atari section, one command each.
+# Run from the repository root; each writes CSV/JSON/PNG into its --out. The timings want the machine idle.
+set -euo pipefail
+OUT=${OUT:-results/ptr_ppo_atari}
+
+# Where an iteration's time goes (collection, fresh epochs, replay steps, scoring, memory), PTR-PPO at the paper's
+# settings against SB3 PPO with rl-zoo3's atari yml, one torch thread, 6144 env steps each. The "before" row of
+# the docs is this command with sb3_impact at commit 912ad65 on the path.
+python -m benchmarks iteration_cost --algos ptr_ppo ppo --env BreakoutNoFrameskip-v4 --steps 6144 \
+    --out "$OUT/iteration_cost"
