@@ -81,3 +81,19 @@ def test_vtrace_targets_of_a_training_policy_equal_those_in_eval_mode(algo):
         assert not th.allclose(train_values, eval_values)  # dropout and batch statistics are at work
         expected, _ = model._vtrace_targets(batch, eval_values, target_log_probs, model.policy)
     th.testing.assert_close(targets, expected)
+
+
+@pytest.mark.parametrize(
+    "layer,expected",
+    [
+        (th.nn.Dropout(0.1), True),
+        (th.nn.BatchNorm1d(4), True),
+        (th.nn.RReLU(), True),
+        (th.nn.ReLU(), False),
+        (th.nn.Linear(4, 4), False),
+    ],
+)
+def test_mode_dependent_layers_are_found(layer, expected):
+    from sb3_impact.common.modes import has_mode_dependent_layers
+
+    assert has_mode_dependent_layers(th.nn.Sequential(th.nn.Linear(4, 4), layer)) == expected

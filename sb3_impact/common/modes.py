@@ -9,8 +9,8 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.modules.dropout import _DropoutNd
 from torch.nn.modules.instancenorm import _InstanceNorm
 
-# Layers whose output depends on the mode (batch statistics, dropout masks).
-MODE_DEPENDENT_LAYERS = (_BatchNorm, _InstanceNorm, _DropoutNd)
+# Layers whose output depends on the mode (batch statistics, dropout masks, RReLU's random slopes).
+MODE_DEPENDENT_LAYERS = (_BatchNorm, _InstanceNorm, _DropoutNd, nn.RReLU)
 
 
 def has_mode_dependent_layers(module: nn.Module) -> bool:
