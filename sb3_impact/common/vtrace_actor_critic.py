@@ -329,6 +329,27 @@ class VTraceActorCritic(OnPolicySegmentMixin, OnPolicyAlgorithm):
         """``pi / pi_worker`` per sample, for logging (no gradient); both log-probs flat ``[N]``."""
         return clipped_ratio(log_prob.detach() - behaviour_log_prob, MAX_RATIO)
 
+    @th.no_grad()
+    def _loss_stats(
+        self,
+        policy_loss: th.Tensor,
+        value_loss: th.Tensor,
+        entropy_loss: th.Tensor,
+        loss: th.Tensor,
+        log_prob: th.Tensor,
+        behaviour_log_prob: th.Tensor,
+    ) -> dict[str, th.Tensor]:
+        """The statistics every V-trace loss logs, unsynced: its terms and ``pi / pi_worker`` (mean, max)."""
+        is_ratio = self._behaviour_ratio(log_prob, behaviour_log_prob)
+        return {
+            "policy_gradient_loss": policy_loss.detach(),
+            "value_loss": value_loss.detach(),
+            "entropy_loss": entropy_loss.detach(),
+            "loss": loss.detach(),
+            "is_ratio_mean": is_ratio.mean(),
+            "is_ratio_max": is_ratio.max(),
+        }
+
     # ------------------------------------------------------------------ logging
 
     def _record_train_stats(self, stats: dict[str, float]) -> None:

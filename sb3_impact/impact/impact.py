@@ -274,17 +274,9 @@ class IMPACT(VTraceActorCritic):
                 kl_to_target = kl_from_params(self.action_space, batch.target_params[select], distribution).mean()
         self._clip_gradients_and_step(loss)
 
+        stats = self._loss_stats(policy_loss, value_loss, entropy_loss, loss, log_prob, behaviour_log_prob)
         with th.no_grad():
-            is_ratio = self._behaviour_ratio(log_prob, behaviour_log_prob)
-            stats = {
-                "policy_gradient_loss": policy_loss.detach(),
-                "value_loss": value_loss.detach(),
-                "entropy_loss": entropy_loss.detach(),
-                "loss": loss.detach(),
-                "is_ratio_mean": is_ratio.mean(),
-                "is_ratio_max": is_ratio.max(),
-                "clip_fraction": (th.abs(ratio - 1) > clip_range).float().mean(),
-            }
+            stats["clip_fraction"] = (th.abs(ratio - 1) > clip_range).float().mean()
             if kl_to_target is not None:
                 stats["kl_to_target"] = kl_to_target.detach()
         return stats

@@ -174,16 +174,8 @@ class IMPALA(VTraceActorCritic):
         entropy_loss = -entropy.mean()
         loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
         self._clip_gradients_and_step(loss)
-        with th.no_grad():
-            is_ratio = self._behaviour_ratio(log_prob, batch.behaviour_log_probs.flatten()[select])
-            return {
-                "policy_gradient_loss": policy_loss.detach(),
-                "value_loss": value_loss.detach(),
-                "entropy_loss": entropy_loss.detach(),
-                "loss": loss.detach(),
-                "is_ratio_mean": is_ratio.mean(),
-                "is_ratio_max": is_ratio.max(),
-            }
+        behaviour_log_prob = batch.behaviour_log_probs.flatten()[select]
+        return self._loss_stats(policy_loss, value_loss, entropy_loss, loss, log_prob, behaviour_log_prob)
 
     def learn(
         self: SelfIMPALA,
