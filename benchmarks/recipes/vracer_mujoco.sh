@@ -5,8 +5,8 @@
 set -euo pipefail
 OUT=${OUT:-results/vracer}
 
-# Cost of a gradient step: V-RACER (eager and compiled), SAC, SACReFER on a 2^18-step memory, one thread.
-python -m benchmarks gradient_step_cost --algos vracer_default "vracer_default[compile_loss=True]" sac sac_refer \
+# Cost of a gradient step: V-RACER (eager, compiled, the tuned entry), SAC, SACReFER on a 2^18-step memory, one thread.
+python -m benchmarks gradient_step_cost --algos vracer_default "vracer_default[compile_loss=True]" vracer sac sac_refer \
     --env HalfCheetah-v5 --memory-steps 262144 --steps 1000 --warmup 200 --repeats 3 --out "$OUT/gradient_step_cost"
 
 # The authors' code's choices, one option at a time against the paper's settings (150k steps, 3 seeds). The
