@@ -65,13 +65,16 @@ def test_sampled_arguments_build_and_learn(algo, env_id):
         assert converted == params
         assert not any(key.endswith("_pow") or key.startswith("one_minus") for key in params)
         if n_actions(env_id) == 0:
-            assert "log_std_init" not in params["policy_kwargs"]
+            assert "log_std_init" not in params.get("policy_kwargs", {})
         # Smaller rollouts and fewer epochs than the largest sampled ones, to keep the test short.
-        if algo in ("vracer", "sac_refer", "td3_refer"):
+        if algo == "ppo_amber":  # AMBER's own three; PPO's come from the yml entry (small ones here)
+            assert set(params) == {"clip_range", "replay_length", "batch_drop_factor"}
+            params.update(n_steps=64, batch_size=64, n_epochs=2)
+        elif algo in ("vracer", "sac_refer", "td3_refer"):
             params.update(learning_starts=100)
         else:
             params["n_steps"] = min(params["n_steps"], 128)
-        if algo in ("ppo_amber", "ptr_ppo"):
+        if algo == "ptr_ppo":
             params.update(batch_size=min(params["batch_size"], params["n_steps"]), n_epochs=min(params["n_epochs"], 2))
         model = ZOO_ALGOS[algo]("MlpPolicy", make_vec_env(env_id, n_envs=2), seed=0, **params)
         model.learn(300)
@@ -81,11 +84,13 @@ def test_sampled_arguments_build_and_learn(algo, env_id):
 
 
 def test_size_rules_hold_at_the_edges_of_the_search_space():
-    """batch_size <= n_steps, PTR-PPO's memory holds a replay batch, V-RACER's buffer holds a batch."""
+    """IMPACT's batch_size <= n_steps, PTR-PPO's memory holds a replay batch, V-RACER's buffer holds a batch."""
     fixed = {"one_minus_gamma": 0.01, "one_minus_gae_lambda": 0.05, "learning_rate": 1e-3, "ent_coef": 0.0}
     fixed.update(max_grad_norm=0.5, net_arch="tiny", activation_fn="tanh", ortho_init=True)
-    amber = CONVERTERS["ppo_amber"]({**fixed, "n_steps_pow": 6, "batch_size_pow": 10, "n_epochs": 1, "clip_range": 0.2})
-    assert amber["batch_size"] == amber["n_steps"] == 64
+    impact = {**fixed, "n_steps_pow": 6, "batch_size_pow": 10, "circular_buffer_size": 4, "max_batch_reuse": 2}
+    impact.update(target_worker_clip=2.0, clip_range=0.2, kl_coef=0.0, vf_coef=0.5)
+    converted = CONVERTERS["impact"](impact)
+    assert converted["batch_size"] == converted["n_steps"] == 64
     ptr = {**fixed, "n_steps_pow": 5, "batch_size_pow": 5, "n_epochs": 1, "clip_range": 0.2, "priority": "max"}
     ptr.update(priority_alpha=0.6, replay_rounds=2, replay_batch_pow=6, memory_size_pow=4, eps_marg=0.2)
     converted = CONVERTERS["ptr_ppo"](ptr)

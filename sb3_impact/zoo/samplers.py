@@ -9,13 +9,16 @@ do is written here: the algorithms' own parameters, ``log_std_init``/``ortho_ini
 
 Size rules (decided so that every sampled trial builds, written once in the converters):
 
-- ``batch_size`` (IMPACT, PPO-AMBER, PTR-PPO) is at most ``n_steps``: the converter only sees ``trial.params``, not
+- ``batch_size`` (IMPACT, PTR-PPO) is at most ``n_steps``: the converter only sees ``trial.params``, not
   ``n_envs``, and ``n_steps <= n_steps * n_envs`` holds for any number of envs.
 - PTR-PPO's ``memory_size`` is at least ``replay_batch``.
 - V-RACER's ``buffer_size`` is at least ``batch_size``.
 - PTR-PPO replays at most 8 rounds of at most 16 segments per rollout: a round of ``replay_batch`` segments
   of ``n_steps`` costs as much as ``replay_batch / n_envs`` epochs of PPO, and larger values made single
   trials take tens of minutes without being what the paper does (2 + 8 epochs, replay batch = n_envs).
+
+PPO-AMBER's sampler searches only what AMBER adds to PPO (its docstring says why); PPO's own hyperparameters
+come from the yml entry.
 
 Continuous action spaces (rl-zoo3 passes ``n_actions > 0`` for ``Box``) also sample the policy's
 ``log_std_init``; discrete ones do not.
@@ -117,14 +120,25 @@ def sample_impala_params(trial: optuna.Trial, n_actions: int, n_envs: int, addit
 
 
 def sample_ppo_amber_params(trial: optuna.Trial, n_actions: int, n_envs: int, additional_args: dict) -> dict[str, Any]:
-    """PPO-AMBER: PPO's space plus the replay length L and the batch-drop factor eps_b (paper, eq. 10)."""
-    params = _sample_actor_critic(trial, n_actions, (6, 12))
-    params.update(_sample_ppo_epochs(trial))
-    params.update(
-        replay_length=trial.suggest_categorical("replay_length", [1, 2, 4, 8, 16]),
-        batch_drop_factor=trial.suggest_float("batch_drop_factor", 0.01, 1.0, log=True),
+    """
+    PPO-AMBER: AMBER's own hyperparameters on top of the yml entry's PPO ones: the replay length L, the
+    batch-drop factor eps_b (paper, eq. 10) and the clip range (replayed batches are further from the policy,
+    so the clip that suits PPO need not suit AMBER). Everything else comes from the entry, which is rl-zoo3's
+    tuned PPO entry for the task, so a trial changes only what AMBER adds to PPO. For a task without one, tune
+    SB3 PPO first (``--algo ppo -optimize``) and copy its best trial into the entry (``-conf``).
+    """
+    return convert_ppo_amber_params(
+        {
+            "clip_range": trial.suggest_categorical("clip_range", [0.1, 0.2, 0.3, 0.4]),
+            "replay_length": trial.suggest_categorical("replay_length", [1, 2, 4, 8, 16]),
+            "batch_drop_factor": trial.suggest_float("batch_drop_factor", 0.01, 1.0, log=True),
+        }
     )
-    return convert_actor_critic_params(params)
+
+
+def convert_ppo_amber_params(params: dict[str, Any]) -> dict[str, Any]:
+    """AMBER's sampled keys are constructor arguments as they are."""
+    return dict(params)
 
 
 def sample_ptr_ppo_params(trial: optuna.Trial, n_actions: int, n_envs: int, additional_args: dict) -> dict[str, Any]:
@@ -263,7 +277,7 @@ SAMPLERS: dict[str, Sampler] = {
 CONVERTERS: dict[str, Converter] = {
     "impact": convert_actor_critic_params,
     "impala": convert_actor_critic_params,
-    "ppo_amber": convert_actor_critic_params,
+    "ppo_amber": convert_ppo_amber_params,
     "ptr_ppo": convert_ptr_ppo_params,
     "vracer": convert_vracer_params,
     "sac_refer": convert_refer_offpolicy_params,
