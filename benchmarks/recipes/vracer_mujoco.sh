@@ -27,10 +27,11 @@ timeout 3300 python -m rl_zoo3.train --algo vracer --env HalfCheetah-v5 -optimiz
 # Tuning on Hopper-v5: the same search, its study seeded with the HalfCheetah-v5 entry and the paper's constants
 # (the first two trials), 35 minutes on one core; its best trials tied with the HalfCheetah-v5 entry, which
 # became the Hopper-v5 entry.
-mkdir -p "$OUT" && OUT="$OUT" python - <<'PY'
+seed_study() {  # $1: study name
+mkdir -p "$OUT" && OUT="$OUT" STUDY="$1" python - <<'PY'
 import os
 import optuna
-study = optuna.create_study(study_name="vracer_hopper50k", storage=f"sqlite:///{os.environ['OUT']}/vracer_optuna.db",
+study = optuna.create_study(study_name=os.environ["STUDY"], storage=f"sqlite:///{os.environ['OUT']}/vracer_optuna.db",
                             direction="maximize", load_if_exists=True)
 study.enqueue_trial(dict(one_minus_gamma=0.006077305704238338, learning_rate=0.00044047545079356184, batch_size_pow=9,
                          buffer_size_pow=16, refer_c=4.817544514451218, refer_d=0.07097824319383839,
@@ -38,13 +39,22 @@ study.enqueue_trial(dict(one_minus_gamma=0.006077305704238338, learning_rate=0.0
 study.enqueue_trial(dict(one_minus_gamma=0.005, learning_rate=1e-4, batch_size_pow=8, buffer_size_pow=18, refer_c=4.0,
                          refer_d=0.1, refer_a=5e-7, net_arch="medium", activation_fn="softsign"))
 PY
+}
+seed_study vracer_hopper50k
 timeout 2100 python -m rl_zoo3.train --algo vracer --env Hopper-v5 -optimize --n-trials 40 --n-jobs 1 -n 50000 \
     --n-evaluations 2 --sampler tpe --pruner median --n-startup-trials 4 --seed 0 --num-threads 1 --eval-episodes 5 \
     --study-name vracer_hopper50k --storage "sqlite:///$OUT/vracer_optuna.db" -f "$OUT/zoo_logs" --no-optim-plots || true
 
+# Tuning on Walker2d-v5: the same, seeded the same way, 30 minutes on one core; its best trial (18) became the
+# Walker2d-v5 entry.
+seed_study vracer_walker50k
+timeout 1800 python -m rl_zoo3.train --algo vracer --env Walker2d-v5 -optimize --n-trials 40 --n-jobs 1 -n 50000 \
+    --n-evaluations 2 --sampler tpe --pruner median --n-startup-trials 4 --seed 0 --num-threads 1 --eval-episodes 5 \
+    --study-name vracer_walker50k --storage "sqlite:///$OUT/vracer_optuna.db" -f "$OUT/zoo_logs" --no-optim-plots || true
+
 # The tuned yml at 1M steps against SB3 PPO (the run below) and SAC at equal wall time (20 minutes of training,
 # two runs at a time, one torch thread each): the 1M-step runs record wall time at every evaluation.
-python -m benchmarks run --algos vracer --env HalfCheetah-v5 Hopper-v5 --seeds 3 --steps 1000000 --eval-freq 20000 \
+python -m benchmarks run --algos vracer --env HalfCheetah-v5 Hopper-v5 Walker2d-v5 --seeds 3 --steps 1000000 --eval-freq 20000 \
     --eval-episodes 5 --jobs 2 --out "$OUT/vracer_1m"
 python -m benchmarks run --algos sac --env HalfCheetah-v5 --seeds 3 --steps 1000000 --max-seconds 1200 \
     --eval-freq 10000 --eval-episodes 5 --jobs 2 --out "$OUT/sac_20min"
@@ -52,6 +62,9 @@ python -m benchmarks run --algos sac --env HalfCheetah-v5 --seeds 3 --steps 1000
 # SB3 PPO with rl-zoo3's tuned yml at 1M steps: the baseline of the 1M comparison.
 python -m benchmarks run --algos ppo --env HalfCheetah-v5 Hopper-v5 --seeds 3 --steps 1000000 \
     --eval-freq 50000 --eval-episodes 5 --jobs 2 --out "$OUT/ppo_1m"
+# Walker2d-v5 (also PPO-AMBER's baseline, issue 22), evaluated every 20k steps.
+python -m benchmarks run --algos ppo --env Walker2d-v5 --seeds 3 --steps 1000000 \
+    --eval-freq 20000 --eval-episodes 5 --jobs 2 --out "$OUT/ppo_walker2d_1m"
 
 # SACReFER with C=10, D=0.2 (its MuJoCo yml) at 100k steps; SAC's seeds are the 20-minute runs above.
 python -m benchmarks run --algos sac_refer --env HalfCheetah-v5 --seeds 3 --steps 100000 --eval-freq 10000 \
