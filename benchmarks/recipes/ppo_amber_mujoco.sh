@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# PPO-AMBER on MuJoCo (issue 22): the tables of docs/algorithms/ppo_amber.md's issue-22 sections, one command
+# each. Run from the repository root; each writes into its --out or study. Step-based: runs may share the machine.
+set -euo pipefail
+OUT=${OUT:-results/ppo_amber}
+mkdir -p "$OUT"
+
+# Search on HalfCheetah-v5 at 100k steps: AMBER's clip, L and eps_b on top of rl-zoo3's PPO entry, the study
+# seeded with the shipped entry and with PPO's own settings inside AMBER (L = 1, clip 0.1).
+OUT="$OUT" python - <<'PY'
+import os
+import optuna
+study = optuna.create_study(study_name="amber_hc100k", storage=f"sqlite:///{os.environ['OUT']}/amber_optuna.db",
+                            direction="maximize", load_if_exists=True)
+study.enqueue_trial(dict(clip_range=0.2, replay_length=8, batch_drop_factor=0.25))
+study.enqueue_trial(dict(clip_range=0.1, replay_length=1, batch_drop_factor=1.0))
+PY
+timeout 1500 python -m rl_zoo3.train --algo ppo_amber --env HalfCheetah-v5 -optimize --n-trials 40 --n-jobs 1 \
+    -n 100000 --n-evaluations 2 --sampler tpe --pruner median --n-startup-trials 4 --seed 0 --num-threads 1 \
+    --eval-episodes 5 --study-name amber_hc100k --storage "sqlite:///$OUT/amber_optuna.db" -f "$OUT/zoo_logs" \
+    --no-optim-plots || true
+
+# SB3 PPO's Walker2d-v5 baseline at 1M steps (rl-zoo3's Walker2d-v4 entry), shared with V-RACER's table.
+python -m benchmarks run --algos ppo --env Walker2d-v5 --seeds 3 --steps 1000000 --eval-freq 20000 \
+    --eval-episodes 5 --jobs 2 --out "$OUT/ppo_walker2d_1m"
