@@ -61,7 +61,7 @@ def _sample_actor_critic(trial: optuna.Trial, n_actions: int, n_steps_range: tup
 
 
 def _sample_ppo_epochs(trial: optuna.Trial) -> dict[str, Any]:
-    """PPO's minibatch size, epochs and clip range (PPO-AMBER and PTR-PPO are PPOs)."""
+    """PPO's minibatch size, epochs and clip range (PTR-PPO searches them; PPO-AMBER takes them from its entry)."""
     return {
         "batch_size_pow": trial.suggest_int("batch_size_pow", 5, 10),
         "n_epochs": trial.suggest_categorical("n_epochs", [1, 2, 5, 10, 20]),
