@@ -407,6 +407,10 @@ def _run_in_worker(index: int, spec: RunSpec, torch_threads: int, results: Any) 
     the parent, which then interrupts and, if needed, kills each group as a whole.
     """
     os.setpgrp()
+    # SIGINT is how the parent stops this worker, so it must raise KeyboardInterrupt here even when this process
+    # inherited SIGINT ignored: a harness started in the background (``cmd &``, nohup) has it ignored, Python then
+    # installs no handler, and the parent's stop would wait out its grace period and kill the run unrecorded.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     th.set_num_threads(torch_threads)
     try:
         points = run_benchmark(spec)
@@ -425,8 +429,9 @@ def run_in_parallel(
     """
     Run ``specs`` in up to ``jobs`` fresh processes at once (``spawn``: no state shared with this one), calling
     ``on_result(index, points)`` here as each finishes. A worker that dies without answering (killed, out of
-    memory) gives a failed point. On ``KeyboardInterrupt`` the running workers are interrupted, given
-    ``grace_seconds`` to clean up, then killed with everything they started; the interrupt is re-raised.
+    memory) gives a failed point. On ``KeyboardInterrupt`` the running workers are interrupted and given
+    ``grace_seconds`` to answer (each interrupted run is recorded as failed with its ``KeyboardInterrupt``),
+    then killed with everything they started; the interrupt is re-raised.
     """
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
@@ -454,7 +459,10 @@ def run_in_parallel(
             running.pop(index).join()
             on_result(index, points)
     except KeyboardInterrupt:
-        _stop_workers(list(running.values()), grace_seconds)
+        _stop_workers(running, results, grace_seconds, on_result)
+        for index, worker in running.items():
+            why = "not started" if worker.pid is None else f"killed: no answer {grace_seconds:g} s after SIGINT"
+            on_result(index, [failed_point(specs[index], f"KeyboardInterrupt ({why})")])
         raise
     finally:
         results.close()
@@ -486,28 +494,51 @@ def _signal_worker(worker: multiprocessing.process.BaseProcess, signum: int) -> 
     """
     ``signum`` to the worker's process group, or to the worker alone while it leads none yet: a worker still
     starting up (importing, before its ``os.setpgrp()``) is in this process's group, which a signal to "its"
-    group would miss, and then the SIGKILL too, leaving ``join()`` waiting on a live worker.
+    group would miss, and then the SIGKILL too, leaving ``join()`` waiting on a live worker. A worker already
+    reaped may have left processes in its group: they get the signal.
     """
     if worker.pid is None:  # interrupted before it started
         return
+    try:
+        leads_group = os.getpgid(worker.pid) == worker.pid
+    except ProcessLookupError:  # exited and joined: its group, if it made one, may outlive it
+        leads_group = True
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        if os.getpgid(worker.pid) == worker.pid:
+        if leads_group:
             os.killpg(worker.pid, signum)
         else:
             os.kill(worker.pid, signum)
 
 
-def _stop_workers(workers: list[multiprocessing.process.BaseProcess], grace_seconds: float) -> None:
-    """SIGINT to each worker (and its process group), then SIGKILL to those still alive after ``grace_seconds``."""
+def _stop_workers(
+    running: dict[int, multiprocessing.process.BaseProcess],
+    results: Any,
+    grace_seconds: float,
+    on_result: Callable[[int, list[EvalPoint]], None],
+) -> None:
+    """
+    SIGINT to each running worker (and its process group); for ``grace_seconds`` the answers of the interrupted
+    workers (each its run's failed point) go to ``on_result`` and leave ``running``; then SIGKILL to every
+    worker's group (env subprocesses and collectors it started) and to those that did not answer, which stay in
+    ``running``.
+    """
+    workers = list(running.values())
     for worker in workers:
         _signal_worker(worker, signal.SIGINT)
     deadline = time.monotonic() + grace_seconds
-    started = [worker for worker in workers if worker.pid is not None]
-    for worker in started:
-        worker.join(max(0.0, deadline - time.monotonic()))
-    for worker in started:
-        _signal_worker(worker, signal.SIGKILL)  # the group too: env subprocesses and collectors it started
-        worker.join()
+    try:
+        while running and time.monotonic() < deadline:
+            try:
+                index, points = results.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            running.pop(index).join()
+            on_result(index, points)
+    finally:  # a second Ctrl-C cuts the grace short, not the clean-up
+        for worker in workers:
+            _signal_worker(worker, signal.SIGKILL)
+            if worker.pid is not None:
+                worker.join()
 
 
 def first_reaching(points: list[EvalPoint], threshold: float | None) -> EvalPoint | None:

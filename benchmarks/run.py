@@ -39,6 +39,7 @@ from benchmarks.common import (
     THRESHOLDS,
     EvalPoint,
     RunSpec,
+    failed_point,
     hyperparams_source,
     machine_description,
     plot_curves,
@@ -222,12 +223,17 @@ def main(argv: list[str] | None = None) -> None:
             if args.jobs == 1:
                 for index, spec in enumerate(specs):
                     progress.set_postfix_str(f"{spec.algo} {spec.env_id} seed {spec.seed}")
-                    record(index, run_benchmark(spec))
+                    try:
+                        points = run_benchmark(spec)
+                    except KeyboardInterrupt as interrupt:  # recorded as failed, as the --jobs workers record theirs
+                        record(index, [failed_point(spec, interrupt)])
+                        raise
+                    record(index, points)
             else:
                 progress.set_postfix_str(f"{args.jobs} at once, {torch_threads(args)} torch thread(s) each")
                 run_in_parallel(specs, args.jobs, torch_threads(args), record)
     except KeyboardInterrupt:
-        print("\ninterrupted: the runs that finished are written")
+        print("\ninterrupted: the runs that finished are written, the interrupted ones as failed")
     finally:
         progress.close()
     for env in args.envs:
