@@ -31,16 +31,15 @@ import numpy as np
 import torch as th
 from torch.utils.flop_counter import FlopCounterMode
 
-from benchmarks.common import (
+from benchmarks.config import (
     algo_class,
     load_zoo_hyperparams,
-    machine_description,
     make_training_env,
     split_env_params,
     split_variant,
     validate_names,
-    write_json,
 )
+from benchmarks.output import machine_description, write_json
 
 OPTIONS = ("memory_steps", "steps", "warmup", "repeats", "seed", "torch_threads")
 

@@ -50,16 +50,15 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.ppo.ppo import PPO
 
 import sb3_impact
-from benchmarks.common import (
+from benchmarks.config import (
     algo_class,
     load_zoo_hyperparams,
-    machine_description,
     make_training_env,
     split_env_params,
     split_variant,
     validate_names,
-    write_json,
 )
+from benchmarks.output import machine_description, write_json
 from sb3_impact.common.training_batch import TrainingBatch
 
 SECTIONS = ("collection", "rollout_buffer", "epochs", "replay_steps", "scoring", "tensor_building", "memory", "other")

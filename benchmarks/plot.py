@@ -11,7 +11,8 @@ one per algorithm (and per machine when the files come from several).
 import argparse
 from pathlib import Path
 
-from benchmarks.common import THRESHOLDS, plot_curves, read_csv
+from benchmarks.output import plot_curves, read_csv
+from benchmarks.summary import THRESHOLDS
 
 
 def main(argv: list[str] | None = None) -> None:

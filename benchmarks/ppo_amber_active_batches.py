@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
-from benchmarks.common import load_zoo_hyperparams, make_training_env, split_env_params
+from benchmarks.config import load_zoo_hyperparams, make_training_env, split_env_params
 from sb3_impact import PPOAMBER
 
 FIELDS = ["env", "batch_drop_factor_init", "seed", "iteration", "steps", "active_batches", "stored_batches"]

@@ -22,19 +22,10 @@ import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.vec_env import VecNormalize
 
-from benchmarks.common import (
-    THRESHOLDS,
-    EvalPoint,
-    TimedEvalCallback,
-    load_zoo_hyperparams,
-    make_training_env,
-    plot_curves,
-    read_csv,
-    split_env_params,
-    threshold_summary,
-    write_csv,
-    write_json,
-)
+from benchmarks.config import load_zoo_hyperparams, make_training_env, split_env_params
+from benchmarks.output import EvalPoint, plot_curves, read_csv, write_csv, write_json
+from benchmarks.pool import TimedEvalCallback
+from benchmarks.summary import THRESHOLDS, threshold_summary
 from sb3_impact import PTRPPO
 
 

@@ -42,7 +42,8 @@ import torch as th
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 
-from benchmarks.common import machine_description, sigterm_as_keyboard_interrupt, write_json
+from benchmarks.output import machine_description, write_json
+from benchmarks.pool import sigterm_as_keyboard_interrupt
 from benchmarks.simulated_env import SimulatedEnv
 from sb3_impact import IMPACT
 from sb3_impact.common.collectors.base import Collector, CollectorError

@@ -35,23 +35,10 @@ from pathlib import Path
 import torch as th
 from tqdm.auto import tqdm
 
-from benchmarks.common import (
-    THRESHOLDS,
-    EvalPoint,
-    RunSpec,
-    failed_point,
-    hyperparams_source,
-    machine_description,
-    plot_curves,
-    read_csv,
-    run_benchmark,
-    run_in_parallel,
-    sigterm_as_keyboard_interrupt,
-    threshold_summary,
-    validate_names,
-    write_csv,
-    write_json,
-)
+from benchmarks.config import hyperparams_source, validate_names
+from benchmarks.output import EvalPoint, machine_description, plot_curves, read_csv, write_csv, write_json
+from benchmarks.pool import RunSpec, failed_point, run_benchmark, run_in_parallel, sigterm_as_keyboard_interrupt
+from benchmarks.summary import THRESHOLDS, threshold_summary
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -22,15 +22,8 @@ import numpy as np
 from stable_baselines3.common.logger import configure
 from tqdm.auto import tqdm
 
-from benchmarks.common import (
-    ALGOS,
-    load_zoo_hyperparams,
-    machine_description,
-    make_training_env,
-    split_env_params,
-    validate_names,
-    write_json,
-)
+from benchmarks.config import ALGOS, load_zoo_hyperparams, make_training_env, split_env_params, validate_names
+from benchmarks.output import machine_description, write_json
 from sb3_impact.common.collectors import COLLECTOR_NAMES
 from sb3_impact.common.collectors.base import SyncCollector
 from sb3_impact.common.vtrace_actor_critic import VTraceActorCritic

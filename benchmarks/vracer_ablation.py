@@ -23,7 +23,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.utils import obs_as_tensor
 
-from benchmarks.common import load_zoo_hyperparams
+from benchmarks.config import load_zoo_hyperparams
 from sb3_impact import VRACER
 from sb3_impact.common.refer import diag_gaussian_kl
 

@@ -17,18 +17,9 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.vec_env import SubprocVecEnv
 
 from benchmarks import run as run_module
-from benchmarks.common import (
-    EvalPoint,
-    first_reaching,
-    load_zoo_hyperparams,
-    make_training_env,
-    read_csv,
-    threshold_summary,
-    validate_names,
-    write_csv,
-    write_json,
-    zoo_yml_path,
-)
+from benchmarks.config import load_zoo_hyperparams, make_training_env, validate_names, zoo_yml_path
+from benchmarks.output import EvalPoint, read_csv, write_csv, write_json
+from benchmarks.summary import first_reaching, threshold_summary
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -133,15 +124,15 @@ def test_tiny_end_to_end_run_writes_csv_json_and_png(tmp_path):
 
 
 def test_a_failing_run_is_recorded_and_the_others_continue(tmp_path, monkeypatch):
-    from benchmarks import common, run
+    from benchmarks import config, run
 
-    original = common.ALGOS["impact"]
+    original = config.ALGOS["impact"]
 
     class Exploding(original):  # type: ignore[misc, valid-type]
         def learn(self, *args, **kwargs):
             raise RuntimeError("boom")
 
-    monkeypatch.setitem(common.ALGOS, "impact", Exploding)
+    monkeypatch.setitem(config.ALGOS, "impact", Exploding)
     arguments = ["--algos", "impact", "ppo", "--env", "CartPole-v1", "--seeds", "1", "--steps", "512", "--eval-freq", "512"]
     run.main([*arguments, "--eval-episodes", "1", "--out", str(tmp_path)])
     points = read_csv(tmp_path / "CartPole-v1.csv")
@@ -170,7 +161,7 @@ def test_report_renders_learning_and_throughput_tables(tmp_path):
 
 
 def test_interquartile_mean_and_its_bootstrap_interval_against_a_direct_computation():
-    from benchmarks.common import interquartile_mean, iqm_confidence_interval, spread
+    from benchmarks.summary import interquartile_mean, iqm_confidence_interval, spread
 
     values = [5.0, 1.0, 100.0, 3.0, 2.0, 4.0, -50.0, 6.0]
     middle = sorted(values)[2:6]  # 8 runs: the 2 lowest and 2 highest are cut
@@ -195,7 +186,7 @@ def test_return_at_wall_checkpoints():
 
 
 def test_v5_mujoco_uses_rl_zoo3_v4_entry_and_says_so():
-    from benchmarks.common import hyperparams_source
+    from benchmarks.config import hyperparams_source
 
     params = load_zoo_hyperparams("ppo", "HalfCheetah-v5")
     assert params["n_steps"] == yaml.safe_load(zoo_yml_path("ppo").read_text())["HalfCheetah-v4"]["n_steps"]
@@ -245,7 +236,7 @@ def test_jobs_give_the_same_rows_as_a_sequential_run(tmp_path):
 
 
 def test_a_failing_run_in_a_worker_is_recorded_and_the_others_finish():
-    from benchmarks.common import RunSpec, run_in_parallel
+    from benchmarks.pool import RunSpec, run_in_parallel
 
     results = {}
     specs = [RunSpec("ppo", "CartPole-v1", 0, steps=256, eval_freq=256, eval_episodes=1), RunSpec("nope", "CartPole-v1", 0)]
@@ -349,7 +340,7 @@ def test_ctrl_c_or_kill_with_jobs_keeps_finished_runs_and_leaves_no_processes(tm
 
 
 def test_algo_variants_replace_yml_entries_and_reject_bad_items():
-    from benchmarks.common import algo_class, hyperparams_source, load_zoo_hyperparams, split_variant, validate_names
+    from benchmarks.config import algo_class, hyperparams_source, load_zoo_hyperparams, split_variant, validate_names
 
     assert split_variant("ppo_amber") == ("ppo_amber", {})
     variant = "ppo_amber[normalize_advantage=False,collector=process,n_steps=128]"
@@ -367,7 +358,7 @@ def test_algo_variants_replace_yml_entries_and_reject_bad_items():
 
 
 def test_default_variants_take_overrides_and_ignore_the_yml():
-    from benchmarks.common import algo_class, hyperparams_source, load_zoo_hyperparams
+    from benchmarks.config import algo_class, hyperparams_source, load_zoo_hyperparams
 
     params = load_zoo_hyperparams("vracer_default[compile_loss=true,learning_starts=500]", "HalfCheetah-v5")
     assert params == {"policy": "MlpPolicy", "n_envs": 1, "n_timesteps": 100_000, "compile_loss": True, "learning_starts": 500}
@@ -382,7 +373,7 @@ def test_default_variants_take_overrides_and_ignore_the_yml():
 def test_sigterm_is_a_keyboard_interrupt_inside_the_harness_and_restored_after():
     import signal
 
-    from benchmarks.common import sigterm_as_keyboard_interrupt
+    from benchmarks.pool import sigterm_as_keyboard_interrupt
 
     before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(KeyboardInterrupt, match="signal 15"), sigterm_as_keyboard_interrupt():

@@ -1,0 +1,131 @@
+"""What a benchmark writes: evaluation points, the machine they ran on, CSV, JSON and learning-curve plots."""
+
+import contextlib
+import csv
+import json
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch as th
+
+
+def machine_id(device: str = "cpu") -> str:
+    """A short name of this machine's compute: CPU model and count, plus the GPU when the learner uses one."""
+    cpu = platform.processor() or platform.machine()
+    # No /proc/cpuinfo, or no model name in it: keep platform's name.
+    with contextlib.suppress(OSError, StopIteration), open("/proc/cpuinfo") as file:
+        cpu = next(line.split(":", 1)[1].strip() for line in file if line.startswith("model name"))
+    name = f"{cpu} x{os.cpu_count()}"
+    if device.startswith("cuda") and th.cuda.is_available():
+        name += f" + {th.cuda.get_device_name(0)}"
+    return name
+
+
+@dataclass
+class EvalPoint:
+    algo: str
+    env: str
+    seed: int
+    steps: int
+    wall_seconds: float
+    eval_mean: float
+    eval_std: float
+    status: str = "ok"
+    error: str = ""
+    device: str = ""
+    machine: str = ""
+
+
+def machine_description(device: str = "cpu") -> dict[str, Any]:
+    return {
+        "name": machine_id(device),
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "torch_threads": th.get_num_threads(),
+        "cuda": th.cuda.get_device_name(0) if th.cuda.is_available() else None,
+        "date": time.strftime("%Y-%m-%d"),
+    }
+
+
+def write_csv(points: list[EvalPoint], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=list(asdict(points[0]).keys()) if points else list(EvalPoint.__annotations__))
+        writer.writeheader()
+        for point in points:
+            writer.writerow(asdict(point))
+
+
+def read_csv(path: Path) -> list[EvalPoint]:
+    with open(path) as file:
+        return [
+            EvalPoint(
+                row["algo"],
+                row["env"],
+                int(row["seed"]),
+                int(row["steps"]),
+                float(row["wall_seconds"]),
+                float(row["eval_mean"]),
+                float(row["eval_std"]),
+                row.get("status", "ok"),
+                row.get("error", ""),
+                row.get("device", ""),
+                row.get("machine", ""),
+            )
+            for row in csv.DictReader(file)
+        ]
+
+
+def write_json(data: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2))
+
+
+def plot_curves(points: list[EvalPoint], path: Path, threshold: float | None = None) -> None:
+    """
+    Median and min/max band over seeds of the evaluation return, against env steps and against wall seconds;
+    where runs ended at different points, over the runs that got that far.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    several_machines = len({point.machine for point in points}) > 1
+    groups = sorted({(point.algo, point.machine) for point in points if point.status == "ok"})
+    for algo, machine in groups:
+        runs: dict[int, list[EvalPoint]] = {}
+        for point in points:
+            if (point.algo, point.machine) == (algo, machine) and point.status == "ok":
+                runs.setdefault(point.seed, []).append(point)
+        label = f"{algo} [{machine}]" if several_machines else algo
+        for axis, attribute in zip(axes, ("steps", "wall_seconds"), strict=True):
+            grid = np.linspace(0, max(getattr(run[-1], attribute) for run in runs.values()), 100)
+            # A run ends where its last point is (right=nan): a curve is the median of the runs still going.
+            curves = np.array(
+                [
+                    np.interp(grid, [getattr(p, attribute) for p in run], [p.eval_mean for p in run], right=np.nan)
+                    for run in runs.values()
+                ]
+            )
+            (line,) = axis.plot(grid, np.nanmedian(curves, axis=0), label=f"{label} ({len(runs)} seeds)")
+            axis.fill_between(grid, np.nanmin(curves, axis=0), np.nanmax(curves, axis=0), alpha=0.2, color=line.get_color())
+    for axis, label in zip(axes, ("environment steps", "wall seconds (evaluation excluded)"), strict=True):
+        axis.set_xlabel(label)
+        axis.set_ylabel("deterministic evaluation return")
+        if threshold is not None:
+            axis.axhline(threshold, color="gray", linestyle="--", linewidth=1)
+        if axis.get_legend_handles_labels()[0]:
+            axis.legend()
+    figure.suptitle(points[0].env if points else "")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    plt.close(figure)

@@ -1,0 +1,139 @@
+"""Statistics over seeds: thresholds and the first evaluation reaching them, medians with spread, the
+interquartile mean with its bootstrap interval, returns at wall-time checkpoints, ratios against a baseline."""
+
+from typing import Any
+
+import numpy as np
+import scipy.stats
+
+from benchmarks.output import EvalPoint
+
+# Default "solved" thresholds (rl-zoo3 / gymnasium reward thresholds); --threshold overrides, other envs get none.
+THRESHOLDS = {
+    "CartPole-v1": 475.0,
+    "Pendulum-v1": -200.0,
+    "LunarLander-v3": 200.0,
+    "LunarLanderContinuous-v3": 200.0,
+}
+
+
+def first_reaching(points: list[EvalPoint], threshold: float | None) -> EvalPoint | None:
+    """
+    The first evaluation point after training started whose mean return is >= threshold.
+
+    The evaluation before any training (step 0) does not count: a lucky initialisation can balance
+    CartPole deterministically (seen with seed 0), which says nothing about the algorithm.
+    """
+    if threshold is None:
+        return None
+    return next((p for p in points if p.status == "ok" and p.steps > 0 and p.eval_mean >= threshold), None)
+
+
+def interquartile_mean(values: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Mean of the middle 50% of ``values`` (25% cut from each end, as rliable does)."""
+    return scipy.stats.trim_mean(values, 0.25, axis=axis)
+
+
+def iqm_confidence_interval(values: list[float], confidence: float = 0.95, resamples: int = 2000) -> tuple[float, float]:
+    """
+    Percentile-bootstrap confidence interval of the interquartile mean over runs (rliable's method for one
+    task: resample the runs with replacement). Seeded, so the same values give the same interval.
+    """
+    if len(values) == 1 or min(values) == max(values):
+        return float(values[0]), float(values[0])
+    result = scipy.stats.bootstrap(
+        (np.asarray(values, dtype=float),),
+        interquartile_mean,
+        n_resamples=resamples,
+        confidence_level=confidence,
+        method="percentile",
+        rng=np.random.default_rng(0),
+    )
+    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+
+def spread(values: list[float | None]) -> dict[str, Any]:
+    """
+    Median, min and max of the finite values (``None`` entries are runs that never got there), and their
+    interquartile mean with its 95% bootstrap confidence interval.
+    """
+    finite = [value for value in values if value is not None and np.isfinite(value)]
+    if not finite:
+        return {"median": None, "min": None, "max": None, "n": 0, "iqm": None, "iqm_ci95": None}
+    return {
+        "median": float(np.median(finite)),
+        "min": float(np.min(finite)),
+        "max": float(np.max(finite)),
+        "n": len(finite),
+        "iqm": float(interquartile_mean(np.asarray(finite))),
+        "iqm_ci95": list(iqm_confidence_interval(finite)),
+    }
+
+
+def return_at(run: list[EvalPoint], attribute: str, budget: float) -> float | None:
+    """The return of the last evaluation at or before ``budget`` (steps or wall seconds); None if the run stopped earlier."""
+    if not run or getattr(run[-1], attribute) < budget * 0.98:  # the last point may land a little short of the budget
+        return None
+    before = [p.eval_mean for p in run if getattr(p, attribute) <= budget * 1.02]
+    return before[-1] if before else None
+
+
+def threshold_summary(
+    points: list[EvalPoint], threshold: float | None, baseline: str, wall_checkpoints: tuple[float, ...] = ()
+) -> dict[str, Any]:
+    """
+    Per algo: steps and wall seconds to ``threshold`` per seed, final and best returns, each with its median
+    and min/max over seeds; ratios against ``baseline`` paired by seed *and machine* (runs from different
+    machines are never compared). Without a threshold only the returns and the final-return ratio are given.
+    """
+    by_run: dict[tuple[str, int, str], list[EvalPoint]] = {}
+    for point in points:
+        by_run.setdefault((point.algo, point.seed, point.machine), []).append(point)
+    reached = {key: first_reaching(run, threshold) if threshold is not None else None for key, run in by_run.items()}
+    summary: dict[str, Any] = {"threshold": threshold, "baseline": baseline, "algos": {}}
+    summary["machines"] = sorted({machine for _, _, machine in by_run})
+    for algo in sorted({algo for algo, _, _ in by_run}):
+        runs = sorted(key for key in by_run if key[0] == algo)
+        evaluated = [[p for p in by_run[key] if p.status == "ok"] for key in runs]
+        trained = [[p for p in run if p.steps > 0] for run in evaluated]
+        entry: dict[str, Any] = {
+            "seeds": [seed for _, seed, _ in runs],
+            "failed": [by_run[key][0].error for key in runs if by_run[key][0].status == "failed"],
+            "final_eval_mean": [run[-1].eval_mean if run else None for run in trained],
+            "best_eval_mean": [max(p.eval_mean for p in run) if run else None for run in trained],
+            "final_steps": [run[-1].steps if run else None for run in trained],
+        }
+        entry["final_eval"] = spread(entry["final_eval_mean"])
+        entry["steps_done"] = spread(entry["final_steps"])
+        entry["return_at_seconds"] = {
+            f"{seconds:g}": spread([return_at(run, "wall_seconds", seconds) for run in evaluated])
+            for seconds in wall_checkpoints
+        }
+        if threshold is not None:
+            hits = [reached[key] for key in runs]
+            entry["steps_to_threshold"] = [hit.steps if hit else None for hit in hits]
+            entry["wall_seconds_to_threshold"] = [round(hit.wall_seconds, 2) if hit else None for hit in hits]
+            entry["reached"] = f"{sum(hit is not None for hit in hits)}/{len(hits)}"
+            entry["steps"] = spread(entry["steps_to_threshold"])
+            entry["wall_seconds"] = spread(entry["wall_seconds_to_threshold"])
+            entry["median_steps"] = entry["steps"]["median"]
+            entry["median_wall_seconds"] = entry["wall_seconds"]["median"]
+        if algo != baseline:
+            step_ratios, wall_ratios, final_ratios = [], [], []
+            for _, seed, machine in runs:
+                base_run = by_run.get((baseline, seed, machine))
+                if base_run is None:
+                    continue
+                ours, base = reached.get((algo, seed, machine)), reached.get((baseline, seed, machine))
+                if ours and base and base.steps > 0 and base.wall_seconds > 0:
+                    step_ratios.append(ours.steps / base.steps)
+                    wall_ratios.append(ours.wall_seconds / base.wall_seconds)
+                ours_final, base_final = by_run[(algo, seed, machine)][-1], base_run[-1]
+                if ours_final.status == base_final.status == "ok" and base_final.eval_mean != 0:
+                    final_ratios.append(ours_final.eval_mean / base_final.eval_mean)
+            if threshold is not None:
+                entry["steps_ratio_vs_baseline"] = spread(step_ratios)
+                entry["wall_ratio_vs_baseline"] = spread(wall_ratios)
+            entry["final_return_ratio_vs_baseline"] = spread(final_ratios)
+        summary["algos"][algo] = entry
+    return summary
