@@ -24,6 +24,7 @@ SUBCOMMANDS = {
     "vracer_ablation": "V-RACER with each subset of the ReF-ER rules",
     "ptr_ppo_priorities": "PTR-PPO with each trajectory priority",
     "iteration_cost": "where an on-policy iteration's time goes (collection, epochs, PTR-PPO's replay), per iteration",
+    "ppo_amber_cost": "PPO-AMBER's train() profiled against the number of active batches",
 }
 
 

@@ -1,7 +1,7 @@
 """
 PPO-AMBER's cost per iteration against the number of active batches.
 
-    python -m benchmarks.ppo_amber_cost --env HalfCheetah-v5 --replay-lengths 1 8 --iterations 3
+    python -m benchmarks ppo_amber_cost --env HalfCheetah-v5 --replay-lengths 1 8 --iterations 3
 
 For each L, fills the replay memory (``adaptive=False``: all L batches active), then profiles ``train()`` over
 ``--iterations`` iterations and prints the wall time per iteration and the cumulative time of its parts: the

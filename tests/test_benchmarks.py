@@ -260,6 +260,18 @@ def test_benchmarks_entry_point_dispatches_to_the_subcommands(tmp_path):
     assert (tmp_path / "Env-v0.png").is_file()
 
 
+def test_every_benchmark_script_is_a_listed_subcommand():
+    """Each module of benchmarks/ with a main() is reachable as ``python -m benchmarks NAME`` and imports."""
+    import importlib
+
+    from benchmarks.__main__ import SUBCOMMANDS
+
+    scripts = {path.stem for path in (REPO_ROOT / "benchmarks").glob("*.py") if "\ndef main(" in path.read_text()}
+    assert scripts - {"__main__"} == set(SUBCOMMANDS)
+    for name in SUBCOMMANDS:
+        assert callable(importlib.import_module(f"benchmarks.{name}").main)
+
+
 def process_group_leaders(pids: set[int]) -> set[int]:
     """The processes among ``pids`` that lead their own process group."""
     leaders = set()
