@@ -222,8 +222,7 @@ def run_in_parallel(
                 for index, worker in list(running.items()):
                     if worker.exitcode not in (None, 0):
                         running.pop(index)
-                        with contextlib.suppress(ProcessLookupError):  # what the dead worker started
-                            os.killpg(worker.pid, signal.SIGKILL)
+                        _signal_worker(worker, signal.SIGKILL)  # what the dead worker started
                         on_result(index, [failed_point(specs[index], f"worker process exited with code {worker.exitcode}")])
                 continue
             running.pop(index).join()
