@@ -14,15 +14,12 @@ import importlib
 import sys
 
 SUBCOMMANDS = {
-    "run": "learning curves of any algorithms against a baseline, with rl-zoo3's tuned hyperparameters",
+    "run": "learning curves of any algorithms and variants against a baseline (rl-zoo3 yml), with recorders",
     "throughput": "collection, learning and asynchronous time per batch (T / max(C, L))",
     "plot": "learning curves from the CSV files of run",
     "report": "markdown tables for docs/results.md from the JSON files",
     "ray_scaling": "the Ray collector against its number of workers: collector alone, learn(), learner ceiling",
-    "ppo_amber_active_batches": "PPO-AMBER's active batches and replay ratios over training",
     "gradient_step_cost": "ms per gradient step of V-RACER, SAC, SACReFER... side by side, with the arithmetic floor",
-    "vracer_ablation": "V-RACER with each subset of the ReF-ER rules",
-    "ptr_ppo_priorities": "PTR-PPO with each trajectory priority",
     "iteration_cost": "where an on-policy iteration's time goes (collection, epochs, PTR-PPO's replay), per iteration",
     "ppo_amber_cost": "PPO-AMBER's train() profiled against the number of active batches",
 }

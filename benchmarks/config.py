@@ -43,6 +43,17 @@ ZOO_ONLY_KEYS = {"n_envs", "n_timesteps", "normalize", "policy", "env_wrapper", 
 ZOO_VERSION_FALLBACK = {"-v5": "-v4"}
 
 
+def _split_top_level(body: str) -> list[str]:
+    """Split ``key=value,...`` at the commas outside brackets, so that values may be lists: ``rules=[1,2],x=3``."""
+    items, depth, start = [], 0, 0
+    for index, char in enumerate(body):
+        depth += {"[": 1, "(": 1, "{": 1, "]": -1, ")": -1, "}": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            items.append(body[start:index])
+            start = index + 1
+    return [*items, body[start:]]
+
+
 def split_variant(algo: str) -> tuple[str, dict[str, Any]]:
     """
     ``"ppo_amber[collector=process]"`` -> ``("ppo_amber", {...})``: an algo name may carry
@@ -53,7 +64,7 @@ def split_variant(algo: str) -> tuple[str, dict[str, Any]]:
         return algo, {}
     base, _, body = algo[:-1].partition("[")
     overrides: dict[str, Any] = {}
-    for item in filter(None, body.split(",")):
+    for item in filter(None, _split_top_level(body)):
         key, separator, value = item.partition("=")
         if not separator or not key.strip():
             raise ValueError(f"{algo!r}: variants are written NAME[key=value,...], got item {item!r}")

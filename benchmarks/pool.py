@@ -10,11 +10,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch as th
-from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.vec_env import (
     VecEnv,
@@ -24,6 +25,7 @@ from stable_baselines3.common.vec_env import (
 
 from benchmarks.config import algo_class, load_zoo_hyperparams, make_training_env, split_env_params
 from benchmarks.output import EvalPoint, machine_id
+from benchmarks.recorders import Recorder, record_path, recorders_for
 
 
 class TimedEvalCallback(BaseCallback):
@@ -46,9 +48,11 @@ class TimedEvalCallback(BaseCallback):
         seed: int,
         eval_seconds: float | None = None,
         max_seconds: float | None = None,
+        recorders: list[Recorder] | None = None,
     ) -> None:
         super().__init__()
         self.eval_env = eval_env
+        self.recorders = recorders or []
         self.eval_freq = eval_freq
         self.eval_seconds = eval_seconds
         self.max_seconds = max_seconds
@@ -80,6 +84,8 @@ class TimedEvalCallback(BaseCallback):
             )
         else:  # throughput only: the point records steps and wall time, no return
             rewards = [float("nan")]
+        for recorder in self.recorders:
+            recorder.on_evaluation()
         wall = eval_start - self._start - self._eval_seconds
         device = self.model.device.type
         self.points.append(
@@ -125,6 +131,8 @@ class RunSpec:
     subproc: bool = False
     eval_seconds: float | None = None
     max_seconds: float | None = None
+    records: tuple[str, ...] = ()  # recorder names (benchmarks/recorders.py); each writes under record_dir
+    record_dir: str = ""
 
 
 def failed_point(spec: RunSpec, error: BaseException | str) -> EvalPoint:
@@ -147,6 +155,7 @@ def run_benchmark(spec: RunSpec) -> list[EvalPoint]:
         eval_env = make_training_env(spec.env_id, 1, spec.seed + 10_000, normalize, **wrappers)
         if isinstance(eval_env, VecNormalize):
             eval_env.training, eval_env.norm_reward = False, False
+        recorders = recorders_for(spec.algo, spec.records, spec.seed)
         callback = TimedEvalCallback(
             eval_env,
             spec.eval_freq,
@@ -156,10 +165,13 @@ def run_benchmark(spec: RunSpec) -> list[EvalPoint]:
             spec.seed,
             eval_seconds=spec.eval_seconds,
             max_seconds=spec.max_seconds,
+            recorders=recorders,
         )
         model = algo_class(spec.algo)(env_params["policy"], env, seed=spec.seed, device=spec.device, **params)
-        model.learn(spec.steps or int(env_params["n_timesteps"]), callback=callback)
+        model.learn(spec.steps or int(env_params["n_timesteps"]), callback=CallbackList([callback, *recorders]))
         eval_env.close()
+        for recorder in recorders:
+            recorder.write(record_path(Path(spec.record_dir), spec.env_id, recorder.name, spec.algo, spec.seed))
         return callback.points
     except KeyboardInterrupt:
         raise

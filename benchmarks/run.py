@@ -23,6 +23,10 @@ Writes, per env, into ``--out`` (after every finished run, so Ctrl-C keeps what 
 - ``ENV.json``: steps and wall seconds to the threshold per algo and seed, final returns, medians with
   min/max, and ratios against the baseline paired by seed and machine;
 - ``ENV.png``: return against env steps and against wall seconds (median and min/max band over seeds).
+With ``--record NAME``, each run of the algorithm NAME is for also records model statistics over training
+(``benchmarks/recorders.py``: ReF-ER's far-policy fraction and KL, PPO-AMBER's active batches, PTR-PPO's
+priorities) into ``OUT/records/ENV/NAME/`` and ``ENV_NAME.png``. Variants compare settings side by side, e.g.
+``--algos "vracer[refer_rules=[1,2]]" "vracer[refer_rules=[]]" --record refer`` (the ReF-ER ablation).
 A failed run is recorded as failed (with its error) and the others continue. Ctrl-C stops the runs
 in progress (their worker processes and everything they started) and keeps the ones that finished.
 """
@@ -38,6 +42,7 @@ from tqdm.auto import tqdm
 from benchmarks.config import hyperparams_source, validate_names
 from benchmarks.output import EvalPoint, machine_description, plot_curves, read_csv, write_csv, write_json
 from benchmarks.pool import RunSpec, failed_point, run_benchmark, run_in_parallel, sigterm_as_keyboard_interrupt
+from benchmarks.recorders import RECORDERS, plot_records, validate_recorders
 from benchmarks.summary import THRESHOLDS, threshold_summary
 
 
@@ -63,6 +68,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--torch-threads", type=int, default=None,
                         help="threads of each run (default: 1 with --jobs > 1, else torch default), recorded")  # fmt: skip
     parser.add_argument("--subproc", nargs="*", default=[], help="algos whose envs run in a SubprocVecEnv")
+    recorders = ", ".join(f"{name} ({recorder.algo})" for name, recorder in RECORDERS.items())
+    parser.add_argument("--record", nargs="+", default=[], metavar="NAME",
+                        help=f"also record model statistics: {recorders} (OUT/records/, OUT/ENV_NAME.png)")  # fmt: skip
     parser.add_argument("--append", action="store_true", help="keep the runs already in --out/ENV.csv (same machine)")
     parser.add_argument("--summarize", action="store_true",
                         help="run nothing: rewrite ENV.json and ENV.png from the rows in --out/ENV.csv")  # fmt: skip
@@ -91,6 +99,8 @@ def reproduce_command(args: argparse.Namespace, env_id: str, algos: list[str], s
         command += ["--torch-threads", str(args.torch_threads)]
     if args.subproc:
         command += ["--subproc", *args.subproc]
+    if args.record:
+        command += ["--record", *args.record]
     if args.jobs > 1:
         command += ["--jobs", str(args.jobs)]
     return shlex.join(command)
@@ -127,6 +137,7 @@ def write_results(
     )
     write_json(summary, args.out / f"{env_id}.json")
     plot_curves(points, args.out / f"{env_id}.png", threshold)
+    plot_records(args.out, env_id, args.record)
     return summary
 
 
@@ -158,6 +169,7 @@ def run_specs(args: argparse.Namespace) -> list[RunSpec]:
         keys = [(env, seed, algo) for env in args.envs for algo in args.algos for seed in seeds]
     options = {"eval_freq": args.eval_freq, "eval_episodes": args.eval_episodes, "device": args.device}
     options.update(eval_seconds=args.eval_seconds, max_seconds=args.max_seconds)
+    options.update(records=tuple(args.record), record_dir=str(args.out))
     return [RunSpec(algo, env, seed, args.steps, subproc=algo in args.subproc, **options) for env, seed, algo in keys]
 
 
@@ -177,6 +189,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.jobs < 1:
             raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
         validate_names(args.algos, args.envs)
+        validate_recorders(args.record, args.algos)
     except ValueError as error:
         raise SystemExit(f"error: {error}") from None
     baseline = args.baseline or ("ppo" if "ppo" in args.algos else args.algos[0])

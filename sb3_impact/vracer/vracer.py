@@ -92,8 +92,9 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
         (V-RACER needs the behaviour mu of every stored action)
     :param batch_size: B, steps per gradient step (paper: 256)
     :param gamma: Discount factor (paper: 0.995)
-    :param train_freq: Update the model every ``train_freq`` steps (or ``(n, "episode")``, synchronous only);
-        with asynchronous collection, the vector steps of each collected segment
+    :param train_freq: Update the model every ``train_freq`` vector steps (an int or ``(n, "step")``): the length
+        of each collected segment, with every collector. Episode units are refused (``ValueError``): a collector
+        cuts the stream into fixed-length segments
     :param gradient_steps: Gradient steps after each rollout; -1 (default) gives one gradient step per
         environment step (F = 1 in the paper) whatever the number of environments
     :param refer_c: C of ``c_max(t) = 1 + C / (1 + A t)`` (paper: 4)

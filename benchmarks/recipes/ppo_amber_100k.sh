@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# PPO-AMBER against SB3 PPO on HalfCheetah-v5 at 100k steps: docs/results.md, PPO-AMBER section, "HalfCheetah-v5
+# at 100k steps". The 2-core development machine; step-based, so the runs may share the machine. Run from the
+# repository root; writes CSV/JSON/PNG into $OUT. The search behind the entry is ppo_amber_mujoco.sh.
+set -euo pipefail
+OUT=${OUT:-results/ppo_amber_mujoco}
+
+python -m benchmarks run --algos ppo ppo_amber --env HalfCheetah-v5 --seeds 3 --steps 100000 --eval-freq 20000 \
+    --eval-episodes 5 --jobs 1 --out "$OUT"

@@ -1,0 +1,63 @@
+"""The documentation: the Sphinx build with warnings as errors, and every relative link of the Markdown pages."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DOCS = REPO_ROOT / "docs"
+CLASSES = ["IMPACT", "IMPALA", "PPOAMBER", "VRACER", "PTRPPO", "SACReFER", "TD3ReFER"]
+PAGE_SECTIONS = ["## Notes", "## Can I use?", "## Example", "## Results", "## How to replicate", "## Parameters"]
+# [text](target) outside code; the target up to a space or the closing parenthesis.
+MARKDOWN_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def markdown_pages() -> list[Path]:
+    pages = [REPO_ROOT / "README.md", REPO_ROOT / "CHANGELOG.md", *DOCS.rglob("*.md")]
+    return [page for page in pages if DOCS / "_build" not in page.parents and DOCS / "benchmarks" not in page.parents]
+
+
+def without_code(text: str) -> str:
+    text = re.sub(r"```.*?```", "", text, flags=re.DOTALL)
+    return re.sub(r"`[^`\n]*`", "", text)
+
+
+def test_sphinx_build_with_warnings_as_errors(tmp_path):
+    pytest.importorskip("sphinx")
+    pytest.importorskip("myst_parser")
+    command = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(DOCS), str(tmp_path / "html")]
+    result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-8000:]
+    for name in ["impact", "impala", "ppo_amber", "vracer", "ptr_ppo", "sac_refer", "td3_refer"]:
+        assert (tmp_path / "html" / "algorithms" / f"{name}.html").is_file()
+
+
+@pytest.mark.parametrize("page", markdown_pages(), ids=lambda page: str(page.relative_to(REPO_ROOT)))
+def test_relative_links_point_to_files_that_exist(page):
+    missing = []
+    for target in MARKDOWN_LINK.findall(without_code(page.read_text())):
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            continue
+        path = target.split("#", 1)[0]
+        if not (page.parent / path).exists():
+            missing.append(target)
+    assert not missing, f"{page.relative_to(REPO_ROOT)} links to missing files: {missing}"
+
+
+def test_every_class_has_a_page_with_the_fixed_sections():
+    for name in CLASSES:
+        pages = [
+            page for page in (DOCS / "algorithms").glob("*.md") if f".. autoclass:: sb3_impact.{name}\n" in page.read_text()
+        ]
+        assert len(pages) == 1, f"{name}: expected one page with its autoclass, found {pages}"
+        text = pages[0].read_text()
+        positions = [text.find(f"\n{section}\n") for section in PAGE_SECTIONS]
+        assert all(position >= 0 for position in positions), f"{pages[0].name} lacks {PAGE_SECTIONS}"
+        assert positions == sorted(positions), f"{pages[0].name}: sections out of order"
+
+
+def test_readme_is_short():
+    assert len((REPO_ROOT / "README.md").read_text().splitlines()) < 150
