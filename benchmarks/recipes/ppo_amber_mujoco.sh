@@ -5,6 +5,12 @@ set -euo pipefail
 OUT=${OUT:-results/ppo_amber}
 mkdir -p "$OUT"
 
+# PPO-AMBER against SB3 PPO at 1M steps on HalfCheetah-v5, 3 seeds: the 100k search's best candidate (trial 6:
+# clip 0.2, L = 4, eps_b = 0.0106) on top of rl-zoo3's PPO entry. Step-based: two runs at a time, one torch thread
+# each. PPO's rows are baselines_mujoco.sh's (same machine kind and software); the table combines the two CSVs.
+python -m benchmarks run --algos "ppo_amber[replay_length=4,batch_drop_factor=0.0106]" --env HalfCheetah-v5 \
+    --seeds 3 --steps 1000000 --eval-freq 20000 --eval-episodes 5 --jobs 2 --torch-threads 1 --out "$OUT/halfcheetah_1m"
+
 # Search on HalfCheetah-v5 at 100k steps: AMBER's clip, L and eps_b on top of rl-zoo3's PPO entry, the study
 # seeded with the shipped entry and with PPO's own settings inside AMBER (L = 1, clip 0.1).
 OUT="$OUT" python - <<'PY'

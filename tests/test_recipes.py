@@ -1,0 +1,77 @@
+"""
+Each recipe of benchmarks/recipes/ reproduces its table's format: its first line, run at a small budget, writes
+the files the results page's table comes from. The budget options are replaced (steps, seeds, seconds, workers),
+nothing else: the algorithms, variants, environments and recorders are the recipe's.
+"""
+
+import importlib.util
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+RECIPES = sorted((REPO_ROOT / "benchmarks" / "recipes").glob("*.sh"))
+
+# option -> small value; an option given several values (``--workers 1 2 4 8 16``) keeps only the first two.
+SMALL_BUDGET = {
+    "run": {"--steps": "1024", "--seeds": "1", "--max-seconds": "4", "--eval-seconds": "2", "--eval-freq": "512",
+            "--eval-episodes": "1", "--jobs": "1"},
+    "iteration_cost": {"--steps": "1024", "--project-steps": "2048"},
+    "gradient_step_cost": {"--memory-steps": "2048", "--steps": "5", "--warmup": "2", "--repeats": "1"},
+    "ray_scaling": {"--seconds": "2", "--learn-steps": "512", "--repeats": "1", "--workers": "1 2"},
+}  # fmt: skip
+NEEDS = {"HalfCheetah": "mujoco", "Hopper": "mujoco", "Walker2d": "mujoco", "NoFrameskip": "ale_py", "ray_scaling": "ray"}
+
+
+def first_command(recipe: Path) -> list[str]:
+    """The recipe's first ``python -m benchmarks`` line (continuations joined), as argv after ``-m benchmarks``."""
+    text = recipe.read_text().replace("\\\n", " ")
+    for line in text.splitlines():
+        if re.match(r"\s*(OMP_NUM_THREADS=\d+\s+)?python -m benchmarks ", line):
+            return shlex.split(line.split("python -m benchmarks", 1)[1])
+    raise AssertionError(f"{recipe.name}: no `python -m benchmarks` line")
+
+
+def with_small_budget(argv: list[str], out: Path) -> list[str]:
+    small = SMALL_BUDGET[argv[0]]
+    result, index = [argv[0]], 1
+    while index < len(argv):
+        option = argv[index]
+        values = []
+        index += 1
+        while index < len(argv) and not argv[index].startswith("--"):
+            values.append(argv[index])
+            index += 1
+        if option == "--out":
+            values = [str(out)]
+        elif option in small:
+            values = small[option].split()
+        result += [option, *values]
+    if argv[0] == "run" and "--steps" not in result and "--max-seconds" not in result:
+        result += ["--steps", small["--steps"]]  # not the yml's n_timesteps
+    if "--out" not in result:
+        result += ["--out", str(out)]
+    return result
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=lambda recipe: recipe.stem)
+def test_recipe_first_line_runs_at_a_small_budget(recipe, tmp_path):
+    argv = first_command(recipe)
+    line = " ".join(argv)
+    for marker, module in NEEDS.items():
+        if marker in line and importlib.util.find_spec(module) is None:
+            pytest.skip(f"{recipe.name} needs {module}")
+    out = tmp_path / "out"
+    env = {**os.environ, "OUT": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "benchmarks", *with_small_budget(argv, out)]
+    result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    written = {path.suffix for path in out.rglob("*") if path.is_file()}
+    assert {".csv", ".json"} <= written or {".csv", ".png"} <= written, f"{recipe.name} wrote {sorted(written)}"
+    if argv[0] == "run":
+        assert "failed" not in "".join(path.read_text() for path in out.glob("*.csv")), result.stdout[-3000:]
