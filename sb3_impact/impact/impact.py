@@ -54,16 +54,17 @@ class IMPACT(VTraceActorCritic):
     :param batch_size: Minibatch size of the gradient steps in each pass over a batch (None: the whole
         batch, one gradient step per draw, as in the paper)
     :param circular_buffer_size: N, the number of batches the learner cycles through
-    :param max_batch_reuse: K, how many gradient steps each batch is used for before it is replaced
+    :param max_batch_reuse: K, how many times (draws) each batch is used before it is replaced
     :param target_worker_clip: rho >= 1 of the target-worker clipping (beta = 1 / rho in the paper)
     :param clip_range: PPO clipping parameter epsilon, applied on top of the IMPACT ratio (appendix E)
     :param target_update_interval: batch draws between target-network updates (None: N * K)
-    :param broadcast_interval: batch draws between weight broadcasts to the collector
+    :param broadcast_interval: batch draws between weight broadcasts to the collector (which also gets the
+        weights after every segment's training)
     :param gamma: Discount factor
     :param gae_lambda: lambda of the V-trace GAE-lambda advantages
     :param vtrace_clip_rho_threshold: rho_bar of V-trace
     :param vtrace_clip_c_threshold: c_bar of V-trace
-    :param normalize_advantage: Whether to normalize the advantages of each batch
+    :param normalize_advantage: Whether to normalize the advantages of each minibatch
     :param ent_coef: Entropy coefficient
     :param vf_coef: Value function coefficient
     :param kl_coef: Initial coefficient eta of the KL(pi_target || pi) penalty (0 disables it)
@@ -77,7 +78,7 @@ class IMPACT(VTraceActorCritic):
     :param policy_kwargs: additional arguments to be passed to the policy on creation
     :param verbose: Verbosity level: 0 for no output, 1 for info messages, 2 for debug messages
     :param seed: Seed for the pseudo random generators
-    :param device: Device (cpu, cuda, ...) of the learner; the collector's policy copy always runs on CPU
+    :param device: Device (cpu, cuda, ...) of the learner; an asynchronous collector's policy copy runs on CPU
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 

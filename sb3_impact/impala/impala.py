@@ -46,13 +46,14 @@ class IMPALA(VTraceActorCritic):
     :param batch_size: Minibatch size of the gradient steps in each pass over a batch (None: the whole batch,
         one gradient step per pass, as in the paper)
     :param n_epochs: Passes over each batch (1: the paper's single use)
-    :param broadcast_interval: passes (batch draws) between weight broadcasts to the collector
+    :param broadcast_interval: passes (batch draws) between weight broadcasts to the collector (which also gets
+        the weights after every segment's training)
     :param gamma: Discount factor
     :param gae_lambda: lambda of V-trace's trace coefficients (1 is the paper's V-trace)
     :param vtrace_clip_rho_threshold: rho_bar of V-trace
     :param vtrace_clip_c_threshold: c_bar of V-trace
     :param vtrace_clip_pg_rho_threshold: clip of the ratio weighting the policy-gradient advantage
-    :param normalize_advantage: Whether to normalize the advantages of each batch (off in the paper)
+    :param normalize_advantage: Whether to normalize the advantages of each minibatch (off in the paper)
     :param ent_coef: Entropy coefficient
     :param vf_coef: Value function coefficient
     :param max_grad_norm: The maximum value for the gradient clipping
@@ -64,7 +65,7 @@ class IMPALA(VTraceActorCritic):
     :param policy_kwargs: additional arguments to be passed to the policy on creation
     :param verbose: Verbosity level: 0 for no output, 1 for info messages, 2 for debug messages
     :param seed: Seed for the pseudo random generators
-    :param device: Device (cpu, cuda, ...) of the learner; the collector's policy copy always runs on CPU
+    :param device: Device (cpu, cuda, ...) of the learner; an asynchronous collector's policy copy runs on CPU
     :param _init_setup_model: Whether or not to build the network at the creation of the instance
     """
 
