@@ -11,6 +11,10 @@ mkdir -p "$OUT"
 python -m benchmarks run --algos "ppo_amber[replay_length=4,batch_drop_factor=0.0106]" --env HalfCheetah-v5 \
     --seeds 3 --steps 1000000 --eval-freq 20000 --eval-episodes 5 --jobs 2 --torch-threads 1 --out "$OUT/halfcheetah_1m"
 
+# Hopper-v5 at 1M steps with the yml's entry (by rule, not tuned), 3 seeds; PPO's rows from baselines_mujoco.sh.
+python -m benchmarks run --algos ppo_amber --env Hopper-v5 --seeds 3 --steps 1000000 --eval-freq 20000 \
+    --eval-episodes 5 --jobs 2 --torch-threads 1 --out "$OUT/hopper_1m"
+
 # Search on HalfCheetah-v5 at 100k steps: AMBER's clip, L and eps_b on top of rl-zoo3's PPO entry, the study
 # seeded with the shipped entry and with PPO's own settings inside AMBER (L = 1, clip 0.1).
 OUT="$OUT" python - <<'PY'
