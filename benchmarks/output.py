@@ -87,6 +87,19 @@ def write_json(data: dict[str, Any], path: Path) -> None:
     path.write_text(json.dumps(data, indent=2))
 
 
+def plot_median_band(axis: Any, runs: list[tuple[list[float], list[float]]], label: str, color: Any = None) -> Any:
+    """
+    One curve per group of runs on ``axis``: the median over runs of y against x, with a min/max band. A run ends
+    where its last point is (interpolated with right=nan), so a curve is the median of the runs still going.
+    Returns the curve's color.
+    """
+    grid = np.linspace(0, max(xs[-1] for xs, _ in runs), 100)
+    curves = np.array([np.interp(grid, xs, ys, right=np.nan) for xs, ys in runs])
+    (line,) = axis.plot(grid, np.nanmedian(curves, axis=0), label=label, color=color)
+    axis.fill_between(grid, np.nanmin(curves, axis=0), np.nanmax(curves, axis=0), alpha=0.2, color=line.get_color())
+    return line.get_color()
+
+
 def plot_curves(points: list[EvalPoint], path: Path, threshold: float | None = None) -> None:
     """
     Median and min/max band over seeds of the evaluation return, against env steps and against wall seconds;
@@ -107,16 +120,8 @@ def plot_curves(points: list[EvalPoint], path: Path, threshold: float | None = N
                 runs.setdefault(point.seed, []).append(point)
         label = f"{algo} [{machine}]" if several_machines else algo
         for axis, attribute in zip(axes, ("steps", "wall_seconds"), strict=True):
-            grid = np.linspace(0, max(getattr(run[-1], attribute) for run in runs.values()), 100)
-            # A run ends where its last point is (right=nan): a curve is the median of the runs still going.
-            curves = np.array(
-                [
-                    np.interp(grid, [getattr(p, attribute) for p in run], [p.eval_mean for p in run], right=np.nan)
-                    for run in runs.values()
-                ]
-            )
-            (line,) = axis.plot(grid, np.nanmedian(curves, axis=0), label=f"{label} ({len(runs)} seeds)")
-            axis.fill_between(grid, np.nanmin(curves, axis=0), np.nanmax(curves, axis=0), alpha=0.2, color=line.get_color())
+            xy = [([getattr(p, attribute) for p in run], [p.eval_mean for p in run]) for run in runs.values()]
+            plot_median_band(axis, xy, f"{label} ({len(runs)} seeds)")
     for axis, label in zip(axes, ("environment steps", "wall seconds (evaluation excluded)"), strict=True):
         axis.set_xlabel(label)
         axis.set_ylabel("deterministic evaluation return")

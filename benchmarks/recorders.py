@@ -16,6 +16,7 @@ parent draws the figure from all of them after every finished run.
 
 import csv
 import re
+from abc import abstractmethod
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -26,6 +27,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.utils import obs_as_tensor
 
 from benchmarks.config import ALGOS, algo_class
+from benchmarks.output import plot_median_band
 from sb3_impact.common.refer import diag_gaussian_kl
 
 
@@ -91,8 +93,9 @@ class IterationRecorder(Recorder):
         super().__init__(algo, seed)
         self._recorded_at = -1
 
+    @abstractmethod
     def record_iteration(self) -> None:
-        raise NotImplementedError
+        """Add this iteration's rows."""
 
     def _record_once(self) -> None:
         if self.model.num_timesteps != self._recorded_at:  # training may end right after a rollout start
@@ -187,7 +190,7 @@ def _runs_by_algo(rows: list[dict[str, Any]]) -> dict[str, dict[int, list[dict[s
     return runs
 
 
-def plot_curves(rows: list[dict[str, Any]], fields: list[str], path: Path, title: str) -> None:
+def plot_record_curves(rows: list[dict[str, Any]], fields: list[str], path: Path, title: str) -> None:
     """One panel per field against env steps: each algo's median over seeds with a min/max band."""
     import matplotlib
 
@@ -196,15 +199,10 @@ def plot_curves(rows: list[dict[str, Any]], fields: list[str], path: Path, title
 
     figure, axes = plt.subplots(1, len(fields), figsize=(4.8 * len(fields), 4), squeeze=False)
     for algo, runs in _runs_by_algo(rows).items():
-        length = min(len(run) for run in runs.values())
-        steps = np.array([float(row["steps"]) for row in next(iter(runs.values()))[:length]])
         color = None
         for axis, field in zip(axes[0], fields, strict=True):
-            curves = np.array([[float(row[field]) for row in run[:length]] for run in runs.values()])
-            (line,) = axis.plot(steps, np.median(curves, axis=0), color=color, label=f"{algo} ({len(runs)} seeds)")
-            color = line.get_color()
-            if len(runs) > 1:
-                axis.fill_between(steps, curves.min(axis=0), curves.max(axis=0), alpha=0.2, color=color)
+            xy = [([float(row["steps"]) for row in run], [float(row[field]) for row in run]) for run in runs.values()]
+            color = plot_median_band(axis, xy, f"{algo} ({len(runs)} seeds)", color)
     for axis, field in zip(axes[0], fields, strict=True):
         axis.set_xlabel("environment steps")
         axis.set_ylabel(field)
@@ -244,8 +242,8 @@ def plot_heatmaps(rows: list[dict[str, Any]], path: Path, title: str) -> None:
 
 
 PLOTS: dict[str, Callable[[list[dict[str, Any]], Path, str], None]] = {
-    "refer": lambda rows, path, title: plot_curves(rows, ["far_fraction", "kl_mu_pi", "beta"], path, title),
-    "active_batches": lambda rows, path, title: plot_curves(rows, ["active_batches", "replay_ratio_mean"], path, title),
+    "refer": lambda rows, path, title: plot_record_curves(rows, ["far_fraction", "kl_mu_pi", "beta"], path, title),
+    "active_batches": lambda rows, path, title: plot_record_curves(rows, ["active_batches", "replay_ratio_mean"], path, title),
     "priorities": plot_heatmaps,
 }
 

@@ -34,7 +34,7 @@ suppress_warnings = ["myst.xref_missing"]
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
-autodoc_default_options = {"members": "learn, save, load, predict", "show-inheritance": True}
+autodoc_default_options = {"show-inheritance": True}  # each page lists :members: and :inherited-members:
 add_module_names = False
 
 html_theme = "alabaster"
