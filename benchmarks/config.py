@@ -2,6 +2,7 @@
 ``algo[key=value]`` variants, constructor defaults), and the environments a run trains and evaluates on."""
 
 import functools
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -68,8 +69,19 @@ def split_variant(algo: str) -> tuple[str, dict[str, Any]]:
         key, separator, value = item.partition("=")
         if not separator or not key.strip():
             raise ValueError(f"{algo!r}: variants are written NAME[key=value,...], got item {item!r}")
-        overrides[key.strip()] = yaml.safe_load(value)
+        overrides[key.strip()] = _variant_value(value)
     return base, overrides
+
+
+def _variant_value(text: str) -> Any:
+    """A variant's value read as YAML, with ``1e-4`` a float as in Python (YAML 1.1 reads it as a string)."""
+    value = yaml.safe_load(text)
+    if isinstance(value, str) and _SCIENTIFIC.fullmatch(value.strip()):
+        return float(value)
+    return value
+
+
+_SCIENTIFIC = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
 
 
 def algo_class(algo: str) -> Any:

@@ -371,6 +371,12 @@ def test_algo_variants_replace_yml_entries_and_reject_bad_items():
         {"refer_rules": [1, 2], "learning_starts": 500},
     )
     assert split_variant("vracer[refer_rules=[]]") == ("vracer", {"refer_rules": []})
+    # Numbers in scientific notation are floats, as in Python (YAML 1.1 alone reads "1e-4" as a string);
+    # a schedule string stays a string.
+    assert split_variant("impala[learning_rate=1e-4,ent_coef=2.5E-3,n_epochs=4,x=lin_3e-4]") == (
+        "impala",
+        {"learning_rate": 1e-4, "ent_coef": 2.5e-3, "n_epochs": 4, "x": "lin_3e-4"},
+    )
     with pytest.raises(ValueError, match="unknown algos"):
         validate_names(["nope[a=1]"], ["Pendulum-v1"])
 
