@@ -2,6 +2,7 @@
 
 import contextlib
 import csv
+import importlib.metadata
 import json
 import os
 import platform
@@ -50,7 +51,41 @@ def machine_description(device: str = "cpu") -> dict[str, Any]:
         "torch_threads": th.get_num_threads(),
         "cuda": th.cuda.get_device_name(0) if th.cuda.is_available() else None,
         "date": time.strftime("%Y-%m-%d"),
+        "software": software_versions(),
     }
+
+
+SOFTWARE = ("torch", "stable_baselines3", "sb3_contrib", "rl_zoo3", "gymnasium", "mujoco", "ale_py", "ray", "numpy")
+
+
+def software_versions() -> dict[str, str | None]:
+    """Python's and the installed versions of the packages a result depends on (None where not installed), so that
+    "same machine kind and software" can be checked from the JSON."""
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for name in SOFTWARE:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def machine_differences(previous: dict[str, Any] | None, current: dict[str, Any]) -> list[str]:
+    """What differs between the machine a table's kept runs came from (its JSON's ``machine``) and this one: its
+    name and each software version; an older JSON without versions says so."""
+    if not previous:
+        return []
+    differences = []
+    if previous.get("name") != current["name"]:
+        differences.append(f"machine {previous.get('name')!r} -> {current['name']!r}")
+    before = previous.get("software")
+    if before is None:
+        differences.append("software versions not recorded for the kept runs")
+    else:
+        for package, version in current["software"].items():
+            if before.get(package) != version:
+                differences.append(f"{package} {before.get(package)} -> {version}")
+    return differences
 
 
 def write_csv(points: list[EvalPoint], path: Path) -> None:
@@ -100,6 +135,23 @@ def plot_median_band(axis: Any, runs: list[tuple[list[float], list[float]]], lab
     return line.get_color()
 
 
+def add_legend_below(figure: Any, axis: Any) -> None:
+    """One legend for the figure, below its axes, so that it hides no curve whatever the number of variants and
+    the length of their names; the figure grows by the legend's rows. Then ``tight_layout``."""
+    handles, labels = axis.get_legend_handles_labels()
+    if not handles:
+        figure.tight_layout()
+        return
+    width, height = figure.get_size_inches()
+    characters_per_column = max(map(len, labels)) + 6  # with the line sample; about 14 characters an inch
+    columns = max(1, min(len(labels), int(width * 14) // characters_per_column))
+    rows = -(-len(labels) // columns)
+    legend_height = 0.18 * rows + 0.15
+    figure.set_size_inches(width, height + legend_height)
+    figure.legend(handles, labels, loc="lower center", ncol=columns, fontsize="small", frameon=False)
+    figure.tight_layout(rect=(0, legend_height / (height + legend_height), 1, 1))
+
+
 def plot_curves(points: list[EvalPoint], path: Path, threshold: float | None = None) -> None:
     """
     Median and min/max band over seeds of the evaluation return, against env steps and against wall seconds;
@@ -113,7 +165,9 @@ def plot_curves(points: list[EvalPoint], path: Path, threshold: float | None = N
     figure, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     several_machines = len({point.machine for point in points}) > 1
     groups = sorted({(point.algo, point.machine) for point in points if point.status == "ok"})
-    for algo, machine in groups:
+    palette = plt.get_cmap("tab20" if len(groups) > 10 else "tab10").colors
+    for index, (algo, machine) in enumerate(groups):
+        color = palette[index % len(palette)]
         runs: dict[int, list[EvalPoint]] = {}
         for point in points:
             if (point.algo, point.machine) == (algo, machine) and point.status == "ok":
@@ -121,16 +175,14 @@ def plot_curves(points: list[EvalPoint], path: Path, threshold: float | None = N
         label = f"{algo} [{machine}]" if several_machines else algo
         for axis, attribute in zip(axes, ("steps", "wall_seconds"), strict=True):
             xy = [([getattr(p, attribute) for p in run], [p.eval_mean for p in run]) for run in runs.values()]
-            plot_median_band(axis, xy, f"{label} ({len(runs)} seeds)")
+            plot_median_band(axis, xy, f"{label} ({len(runs)} seeds)", color)
     for axis, label in zip(axes, ("environment steps", "wall seconds (evaluation excluded)"), strict=True):
         axis.set_xlabel(label)
         axis.set_ylabel("deterministic evaluation return")
         if threshold is not None:
             axis.axhline(threshold, color="gray", linestyle="--", linewidth=1)
-        if axis.get_legend_handles_labels()[0]:
-            axis.legend()
     figure.suptitle(points[0].env if points else "")
-    figure.tight_layout()
+    add_legend_below(figure, axes[0])
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=100)
     plt.close(figure)

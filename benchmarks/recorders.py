@@ -27,7 +27,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.utils import obs_as_tensor
 
 from benchmarks.config import ALGOS, algo_class
-from benchmarks.output import plot_median_band
+from benchmarks.output import add_legend_below, plot_median_band
 from sb3_impact.common.refer import diag_gaussian_kl
 
 
@@ -206,9 +206,8 @@ def plot_record_curves(rows: list[dict[str, Any]], fields: list[str], path: Path
     for axis, field in zip(axes[0], fields, strict=True):
         axis.set_xlabel("environment steps")
         axis.set_ylabel(field)
-        axis.legend(fontsize=8)
     figure.suptitle(title)
-    figure.tight_layout()
+    add_legend_below(figure, axes[0][0])
     figure.savefig(path, dpi=100)
     plt.close(figure)
 

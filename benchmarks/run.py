@@ -34,13 +34,22 @@ in progress (their worker processes and everything they started) and keeps the o
 import argparse
 import json
 import shlex
+import sys
 from pathlib import Path
 
 import torch as th
 from tqdm.auto import tqdm
 
 from benchmarks.config import hyperparams_source, validate_names
-from benchmarks.output import EvalPoint, machine_description, plot_curves, read_csv, write_csv, write_json
+from benchmarks.output import (
+    EvalPoint,
+    machine_description,
+    machine_differences,
+    plot_curves,
+    read_csv,
+    write_csv,
+    write_json,
+)
 from benchmarks.pool import RunSpec, failed_point, run_benchmark, run_in_parallel, sigterm_as_keyboard_interrupt
 from benchmarks.recorders import RECORDERS, plot_records, validate_recorders
 from benchmarks.summary import THRESHOLDS, threshold_summary
@@ -180,6 +189,12 @@ def kept_points(args: argparse.Namespace, specs: list[RunSpec]) -> dict[str, lis
         if (args.out / f"{env}.csv").is_file():
             rerun = {(spec.algo, spec.seed) for spec in specs if spec.env_id == env}
             kept[env] = [p for p in read_csv(args.out / f"{env}.csv") if (p.algo, p.seed) not in rerun]
+            previous = args.out / f"{env}.json"
+            machine = json.loads(previous.read_text()).get("machine") if previous.is_file() else None
+            differences = machine_differences(machine, machine_description(args.device))
+            if differences:
+                print(f"warning: --append to {env}'s table from another machine or software ({'; '.join(differences)}):"
+                      " say so under the table, or start a new one", file=sys.stderr)  # fmt: skip
     return kept
 
 

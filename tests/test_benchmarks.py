@@ -4,6 +4,7 @@ import contextlib
 import json
 import math
 import os
+import platform
 import signal
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch as th
 import yaml
 from stable_baselines3 import PPO
 from stable_baselines3.common.vec_env import SubprocVecEnv
@@ -115,6 +117,8 @@ def test_tiny_end_to_end_run_writes_csv_json_and_png(tmp_path):
     assert summary["baseline"] == "ppo" and set(summary["algos"]) == {"ppo", "impact"}
     assert summary["command"].startswith("python -m benchmarks run --algos ppo impact --env CartPole-v1 --seeds 1")
     assert summary["machine"]["name"] == points[0].machine and points[0].device == "cpu"
+    software = summary["machine"]["software"]
+    assert software["torch"] == th.__version__ and software["python"] == platform.python_version()
     assert (tmp_path / "CartPole-v1.png").stat().st_size > 10_000
     (tmp_path / "CartPole-v1.png").unlink()
     plot = [sys.executable, "-m", "benchmarks.plot", str(tmp_path / "CartPole-v1.csv")]
@@ -349,6 +353,18 @@ def test_ctrl_c_or_kill_with_jobs_keeps_finished_runs_and_leaves_no_processes(tm
     interrupted = [p for p in kept if p.seed in (2, 3)]
     assert {p.seed for p in interrupted} == {2, 3}  # each interrupted worker answered: it was not killed
     assert all(p.status == "failed" and "KeyboardInterrupt" in p.error for p in interrupted)
+
+
+def test_machine_differences_name_what_changed_between_sittings():
+    from benchmarks.output import machine_description, machine_differences
+
+    current = machine_description()
+    assert machine_differences(None, current) == [] and machine_differences(current, current) == []
+    older = {**current, "name": "Other CPU x2", "software": {**current["software"], "torch": "2.0.0"}}
+    expected = [f"machine 'Other CPU x2' -> {current['name']!r}", f"torch 2.0.0 -> {th.__version__}"]
+    assert machine_differences(older, current) == expected
+    unrecorded = {key: value for key, value in current.items() if key != "software"}
+    assert machine_differences(unrecorded, current) == ["software versions not recorded for the kept runs"]
 
 
 def test_algo_variants_replace_yml_entries_and_reject_bad_items():
