@@ -25,6 +25,7 @@ def without_code(text: str) -> str:
     return re.sub(r"`[^`\n]*`", "", text)
 
 
+@pytest.mark.timeout(660)  # past the build's own 600 s, so that its timeout reports with its output
 def test_sphinx_build_with_warnings_as_errors(tmp_path):
     pytest.importorskip("sphinx")
     pytest.importorskip("myst_parser")

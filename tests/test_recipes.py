@@ -59,6 +59,7 @@ def with_small_budget(argv: list[str], out: Path) -> list[str]:
     return result
 
 
+@pytest.mark.timeout(660)  # past the command's own 600 s, so that its timeout reports with its output
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda recipe: recipe.stem)
 def test_recipe_first_line_runs_at_a_small_budget(recipe, tmp_path):
     argv = first_command(recipe)

@@ -103,6 +103,7 @@ def test_size_rules_hold_at_the_edges_of_the_search_space():
 
 
 @pytest.mark.skipif(not hook_installed(), reason="needs the installed startup hook: pip install .")
+@pytest.mark.timeout(660)  # past the command's own 600 s, so that its timeout reports with its output
 @pytest.mark.parametrize("algo, env_id", ZOO_COMMAND_ENVS)
 def test_rl_zoo3_optimize_command_finishes(algo, env_id, tmp_path):
     """The literal ``python -m rl_zoo3.train --algo ALGO --env ENV -optimize`` with two trials."""
