@@ -73,15 +73,19 @@ def split_variant(algo: str) -> tuple[str, dict[str, Any]]:
     return base, overrides
 
 
+class _VariantLoader(yaml.SafeLoader):
+    """YAML's safe loader that also reads ``1e-4`` as a float, as Python and YAML 1.2 do (YAML 1.1 wants a dot),
+    inside lists and mappings too; a quoted value stays a string."""
+
+
+_VariantLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+$"), list("-+0123456789.")
+)
+
+
 def _variant_value(text: str) -> Any:
-    """A variant's value read as YAML, with ``1e-4`` a float as in Python (YAML 1.1 reads it as a string)."""
-    value = yaml.safe_load(text)
-    if isinstance(value, str) and _SCIENTIFIC.fullmatch(value.strip()):
-        return float(value)
-    return value
-
-
-_SCIENTIFIC = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+")
+    """A variant's value read as YAML (:class:`_VariantLoader`)."""
+    return yaml.load(text, Loader=_VariantLoader)  # a SafeLoader
 
 
 def algo_class(algo: str) -> Any:

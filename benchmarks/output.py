@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -71,21 +72,43 @@ def software_versions() -> dict[str, str | None]:
 
 
 def machine_differences(previous: dict[str, Any] | None, current: dict[str, Any]) -> list[str]:
-    """What differs between the machine a table's kept runs came from (its JSON's ``machine``) and this one: its
-    name and each software version; an older JSON without versions says so."""
-    if not previous:
-        return []
-    differences = []
-    if previous.get("name") != current["name"]:
-        differences.append(f"machine {previous.get('name')!r} -> {current['name']!r}")
-    before = previous.get("software")
-    if before is None:
-        differences.append("software versions not recorded for the kept runs")
-    else:
-        for package, version in current["software"].items():
-            if before.get(package) != version:
-                differences.append(f"{package} {before.get(package)} -> {version}")
+    """What differs between the machines a table's kept runs came from (its JSON's ``machine``, with its
+    ``earlier_sittings``) and this one: the machine's name and each software version; an older JSON without
+    versions says so."""
+    differences: list[str] = []
+    for sitting in sittings(previous):
+        found = []
+        if sitting.get("name") != current["name"]:
+            found.append(f"machine {sitting.get('name')!r} -> {current['name']!r}")
+        before = sitting.get("software")
+        if before is None:
+            found.append("software versions not recorded for the kept runs")
+        else:
+            found += [
+                f"{package} {before.get(package)} -> {version}"
+                for package, version in current["software"].items()
+                if before.get(package) != version
+            ]
+        differences += [difference for difference in found if difference not in differences]
     return differences
+
+
+def sittings(machine: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Each sitting's machine description in a JSON's ``machine``: the earlier ones that differ, then the last."""
+    if not machine:
+        return []
+    last = {key: value for key, value in machine.items() if key != "earlier_sittings"}
+    return [*machine.get("earlier_sittings", []), last]
+
+
+def merge_sittings(previous: dict[str, Any] | None, current: dict[str, Any]) -> dict[str, Any]:
+    """The ``machine`` of a table that keeps the runs described by ``previous`` and adds runs made on ``current``:
+    ``current``, with the earlier sittings whose machine or software differ from it under ``earlier_sittings``."""
+    earlier: list[dict[str, Any]] = []
+    for sitting in sittings(previous):
+        if machine_differences(sitting, current) and sitting not in earlier:
+            earlier.append(sitting)
+    return {**current, "earlier_sittings": earlier} if earlier else current
 
 
 def write_csv(points: list[EvalPoint], path: Path) -> None:
@@ -122,7 +145,7 @@ def write_json(data: dict[str, Any], path: Path) -> None:
     path.write_text(json.dumps(data, indent=2))
 
 
-def plot_median_band(axis: Any, runs: list[tuple[list[float], list[float]]], label: str, color: Any = None) -> Any:
+def plot_median_band(axis: Any, runs: Sequence[tuple[Sequence[float], Sequence[float]]], label: str, color: Any = None) -> Any:
     """
     One curve per group of runs on ``axis``: the median over runs of y against x, with a min/max band. A run ends
     where its last point is (interpolated with right=nan), so a curve is the median of the runs still going.
@@ -152,6 +175,18 @@ def add_legend_below(figure: Any, axis: Any) -> None:
     figure.tight_layout(rect=(0, legend_height / (height + legend_height), 1, 1))
 
 
+def curve_colors(count: int) -> list[tuple[float, ...]]:
+    """``count`` colours: tab10's up to 10 curves; past that tab20's dark shades, then its light ones (tab20 lists
+    each hue's two shades side by side), repeating past 20."""
+    import matplotlib
+
+    if count <= 10:
+        return [matplotlib.colormaps["tab10"].colors[index] for index in range(count)]
+    shades = matplotlib.colormaps["tab20"].colors
+    ordered = [*shades[::2], *shades[1::2]]
+    return [ordered[index % len(ordered)] for index in range(count)]
+
+
 def plot_curves(points: list[EvalPoint], path: Path, threshold: float | None = None) -> None:
     """
     Median and min/max band over seeds of the evaluation return, against env steps and against wall seconds;
@@ -165,9 +200,9 @@ def plot_curves(points: list[EvalPoint], path: Path, threshold: float | None = N
     figure, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     several_machines = len({point.machine for point in points}) > 1
     groups = sorted({(point.algo, point.machine) for point in points if point.status == "ok"})
-    palette = plt.get_cmap("tab20" if len(groups) > 10 else "tab10").colors
+    palette = curve_colors(len(groups))
     for index, (algo, machine) in enumerate(groups):
-        color = palette[index % len(palette)]
+        color = palette[index]
         runs: dict[int, list[EvalPoint]] = {}
         for point in points:
             if (point.algo, point.machine) == (algo, machine) and point.status == "ok":

@@ -27,7 +27,7 @@ from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.utils import obs_as_tensor
 
 from benchmarks.config import ALGOS, algo_class
-from benchmarks.output import add_legend_below, plot_median_band
+from benchmarks.output import add_legend_below, curve_colors, plot_median_band
 from sb3_impact.common.refer import diag_gaussian_kl
 
 
@@ -198,11 +198,11 @@ def plot_record_curves(rows: list[dict[str, Any]], fields: list[str], path: Path
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(1, len(fields), figsize=(4.8 * len(fields), 4), squeeze=False)
-    for algo, runs in _runs_by_algo(rows).items():
-        color = None
+    runs_by_algo = _runs_by_algo(rows)
+    for (algo, runs), color in zip(runs_by_algo.items(), curve_colors(len(runs_by_algo)), strict=True):
         for axis, field in zip(axes[0], fields, strict=True):
             xy = [([float(row["steps"]) for row in run], [float(row[field]) for row in run]) for run in runs.values()]
-            color = plot_median_band(axis, xy, f"{algo} ({len(runs)} seeds)", color)
+            plot_median_band(axis, xy, f"{algo} ({len(runs)} seeds)", color)
     for axis, field in zip(axes[0], fields, strict=True):
         axis.set_xlabel("environment steps")
         axis.set_ylabel(field)

@@ -45,6 +45,7 @@ from benchmarks.output import (
     EvalPoint,
     machine_description,
     machine_differences,
+    merge_sittings,
     plot_curves,
     read_csv,
     write_csv,
@@ -141,7 +142,7 @@ def write_results(
         eval_seconds=args.eval_seconds,
         eval_episodes=args.eval_episodes,
         hyperparams={algo: hyperparams_source(algo, env_id) for algo in algos},
-        machine=machine or {**machine_description(args.device), "torch_threads": torch_threads(args), "jobs": args.jobs},
+        machine=machine or this_machine(args),
         command=reproduce_command(args, env_id, algos, seeds),
     )
     write_json(summary, args.out / f"{env_id}.json")
@@ -164,6 +165,11 @@ def print_summary(summary: dict) -> None:
         print(line)
 
 
+def this_machine(args: argparse.Namespace) -> dict:
+    """This machine's description, with the threads and parallel runs of this invocation."""
+    return {**machine_description(args.device), "torch_threads": torch_threads(args), "jobs": args.jobs}
+
+
 def torch_threads(args: argparse.Namespace) -> int:
     """PyTorch threads of each run: ``--torch-threads``, else 1 per parallel run, else this process' default."""
     return args.torch_threads or (1 if args.jobs > 1 else th.get_num_threads())
@@ -182,20 +188,34 @@ def run_specs(args: argparse.Namespace) -> list[RunSpec]:
     return [RunSpec(algo, env, seed, args.steps, subproc=algo in args.subproc, **options) for env, seed, algo in keys]
 
 
-def kept_points(args: argparse.Namespace, specs: list[RunSpec]) -> dict[str, list[EvalPoint]]:
-    """With ``--append``: per env, the rows already in ENV.csv, less the runs about to be redone."""
+def kept_points(args: argparse.Namespace, specs: list[RunSpec]) -> tuple[dict[str, list[EvalPoint]], dict[str, dict]]:
+    """
+    With ``--append``: per env, the rows already in ENV.csv, less the runs about to be redone, and the ``machine``
+    the env's JSON will record (this one, with the kept runs' sittings where their machine or software differ,
+    which is also warned about).
+    """
     kept: dict[str, list[EvalPoint]] = {env: [] for env in args.envs}
+    machines: dict[str, dict] = {}
     for env in args.envs if args.append else []:
-        if (args.out / f"{env}.csv").is_file():
-            rerun = {(spec.algo, spec.seed) for spec in specs if spec.env_id == env}
-            kept[env] = [p for p in read_csv(args.out / f"{env}.csv") if (p.algo, p.seed) not in rerun]
-            previous = args.out / f"{env}.json"
-            machine = json.loads(previous.read_text()).get("machine") if previous.is_file() else None
-            differences = machine_differences(machine, machine_description(args.device))
-            if differences:
-                print(f"warning: --append to {env}'s table from another machine or software ({'; '.join(differences)}):"
-                      " say so under the table, or start a new one", file=sys.stderr)  # fmt: skip
-    return kept
+        if not (args.out / f"{env}.csv").is_file():
+            continue
+        rerun = {(spec.algo, spec.seed) for spec in specs if spec.env_id == env}
+        kept[env] = [p for p in read_csv(args.out / f"{env}.csv") if (p.algo, p.seed) not in rerun]
+        if not kept[env]:
+            continue
+        previous_json = args.out / f"{env}.json"
+        if previous_json.is_file():
+            previous = json.loads(previous_json.read_text()).get("machine")
+        else:  # only the rows' machine names are known
+            names = sorted({point.machine for point in kept[env]})
+            previous = {"name": names[-1], "earlier_sittings": [{"name": name} for name in names[:-1]]}
+        current = this_machine(args)
+        differences = machine_differences(previous, current)
+        if differences:
+            print(f"warning: --append to {env}'s table from another machine or software ({'; '.join(differences)}):"
+                  " say so under the table, or start a new one", file=sys.stderr)  # fmt: skip
+        machines[env] = merge_sittings(previous, current)
+    return kept, machines
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -219,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     specs = run_specs(args)
 
-    kept_by_env = kept_points(args, specs)
+    kept_by_env, machine_by_env = kept_points(args, specs)
     finished: dict[int, list[EvalPoint]] = {}
 
     def env_points(env: str) -> list[EvalPoint]:
@@ -230,7 +250,8 @@ def main(argv: list[str] | None = None) -> None:
 
     def record(index: int, points: list[EvalPoint]) -> None:
         finished[index] = points
-        write_results(args, specs[index].env_id, env_points(specs[index].env_id), baseline)
+        env = specs[index].env_id
+        write_results(args, env, env_points(env), baseline, machine_by_env.get(env))
         progress.update()
 
     try:
@@ -254,7 +275,7 @@ def main(argv: list[str] | None = None) -> None:
     for env in args.envs:
         points = env_points(env)
         if points:
-            print_summary(write_results(args, env, points, baseline))
+            print_summary(write_results(args, env, points, baseline, machine_by_env.get(env)))
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from benchmarks import run as run_module
 from benchmarks.config import load_zoo_hyperparams, make_training_env, validate_names, zoo_yml_path
 from benchmarks.output import EvalPoint, read_csv, write_csv, write_json
 from benchmarks.summary import first_reaching, threshold_summary
+from tests.commands import run_command
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -102,14 +103,15 @@ def test_unknown_algo_and_env_are_rejected_with_the_valid_names():
 
 def test_unknown_names_stop_the_harness_before_any_run(tmp_path):
     command = [sys.executable, "-m", "benchmarks.run", "--algos", "ppo", "nope", "--out", str(tmp_path)]
-    result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    result = run_command(command, cwd=REPO_ROOT, timeout=120)
     assert result.returncode != 0 and "valid names" in result.stderr and not list(tmp_path.iterdir())
 
 
+@pytest.mark.timeout(480)  # its commands' own limits: 300 + 120 s
 def test_tiny_end_to_end_run_writes_csv_json_and_png(tmp_path):
     command = [sys.executable, "-m", "benchmarks.run", "--algos", "impact", "ppo", "--env", "CartPole-v1", "--seeds", "1"]
     command += ["--steps", "2048", "--eval-freq", "1024", "--eval-episodes", "2", "--out", str(tmp_path)]
-    result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    result = run_command(command, cwd=REPO_ROOT, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     points = read_csv(tmp_path / "CartPole-v1.csv")
     assert {p.algo for p in points} == {"ppo", "impact"} and all(p.status == "ok" for p in points)
@@ -122,7 +124,7 @@ def test_tiny_end_to_end_run_writes_csv_json_and_png(tmp_path):
     assert (tmp_path / "CartPole-v1.png").stat().st_size > 10_000
     (tmp_path / "CartPole-v1.png").unlink()
     plot = [sys.executable, "-m", "benchmarks.plot", str(tmp_path / "CartPole-v1.csv")]
-    result = subprocess.run(plot, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    result = run_command(plot, cwd=REPO_ROOT, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "CartPole-v1.png").stat().st_size > 10_000
 
@@ -250,16 +252,15 @@ def test_a_failing_run_in_a_worker_is_recorded_and_the_others_finish():
 
 
 def test_benchmarks_entry_point_dispatches_to_the_subcommands(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "benchmarks"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    result = run_command([sys.executable, "-m", "benchmarks"], cwd=REPO_ROOT, timeout=60)
     assert result.returncode == 0 and "run" in result.stdout and "report" in result.stdout
-    result = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "nope"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
-    )
+    result = run_command([sys.executable, "-m", "benchmarks", "nope"], cwd=REPO_ROOT, timeout=60)
     assert result.returncode != 0 and "unknown subcommand 'nope'" in result.stderr
     points = curve("ppo", 0, [(0, 0), (10, 5)], 0.1)
     write_csv(points, tmp_path / "Env-v0.csv")
-    result = subprocess.run([sys.executable, "-m", "benchmarks", "plot", str(tmp_path / "Env-v0.csv")], cwd=REPO_ROOT,
-                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    result = run_command(
+        [sys.executable, "-m", "benchmarks", "plot", str(tmp_path / "Env-v0.csv")], cwd=REPO_ROOT, timeout=120
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert (tmp_path / "Env-v0.png").is_file()
 
@@ -316,6 +317,7 @@ def harness_with_sigint(disposition: str) -> list[str]:
     [("signal.default_int_handler", signal.SIGINT), ("signal.SIG_IGN", signal.SIGTERM)],
     ids=["ctrl_c_in_a_terminal", "kill_in_the_background"],
 )
+@pytest.mark.timeout(560)  # its own limits: 300 s (short runs) + 120 (start-up) + 60 (stop) + 10 (exit) + 3
 def test_ctrl_c_or_kill_with_jobs_keeps_finished_runs_and_leaves_no_processes(tmp_path, disposition, stop):
     """
     Two short runs finish, two long ones are running when the harness is stopped: the short ones stay written,
@@ -328,7 +330,7 @@ def test_ctrl_c_or_kill_with_jobs_keeps_finished_runs_and_leaves_no_processes(tm
     args = ["run", "--algos", "ppo", "--env", "CartPole-v1", "--seeds", "2", "--eval-seconds", "1", "--eval-episodes", "1"]
     args += ["--jobs", "2", "--out", str(tmp_path)]
     short_runs = [sys.executable, "-m", "benchmarks", *args, "--max-seconds", "3"]
-    first = subprocess.run(short_runs, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    first = run_command(short_runs, cwd=REPO_ROOT, timeout=300)
     assert first.returncode == 0, first.stderr[-3000:]
     finished = read_csv(tmp_path / "CartPole-v1.csv")
     long_runs = [*harness_with_sigint(disposition), *args, "--first-seed", "2", "--max-seconds", "600", "--append"]
@@ -367,6 +369,40 @@ def test_machine_differences_name_what_changed_between_sittings():
     assert machine_differences(unrecorded, current) == ["software versions not recorded for the kept runs"]
 
 
+def test_a_table_spanning_sittings_keeps_each_machine(tmp_path, capsys):
+    from benchmarks.output import machine_description, machine_differences, merge_sittings, sittings
+
+    current = machine_description()
+    assert merge_sittings(None, current) == current and merge_sittings(current, current) == current
+    older = {**current, "name": "Other CPU x2"}
+    merged = merge_sittings(older, current)
+    assert merged["earlier_sittings"] == [older] and sittings(merged) == [older, current]
+    # A third sitting on this machine still sees the first one's machine, and keeps it.
+    assert machine_differences(merged, current) == [f"machine 'Other CPU x2' -> {current['name']!r}"]
+    assert merge_sittings(merged, current)["earlier_sittings"] == [older]
+
+    # --append: the kept rows' machine is warned about and kept in the JSON's machine; rows about to be rerun
+    # are not kept, and a table whose runs are all rerun warns about nothing.
+    rows = [EvalPoint("ppo", "CartPole-v1", seed, 0, 0.0, 9.0, 0.0, machine="Other CPU x2") for seed in (0, 1)]
+    write_csv(rows, tmp_path / "CartPole-v1.csv")
+    write_json({"machine": older}, tmp_path / "CartPole-v1.json")
+    argv = ["--algos", "ppo", "--env", "CartPole-v1", "--out", str(tmp_path), "--append", "--first-seed", "1"]
+    args = run_module.parse_args([*argv, "--seeds", "1"])
+    kept, machines = run_module.kept_points(args, run_module.run_specs(args))
+    assert "warning: --append to CartPole-v1's table from another machine" in capsys.readouterr().err
+    assert [point.seed for point in kept["CartPole-v1"]] == [0]
+    assert machines["CartPole-v1"]["earlier_sittings"] == [older]
+    args = run_module.parse_args([*argv, "--seeds", "2", "--first-seed", "0"])
+    assert run_module.kept_points(args, run_module.run_specs(args)) == ({"CartPole-v1": []}, {})
+    assert "warning" not in capsys.readouterr().err
+    # Without the JSON, the rows' machine names are what is known.
+    (tmp_path / "CartPole-v1.json").unlink()
+    args = run_module.parse_args([*argv, "--seeds", "1"])
+    assert run_module.kept_points(args, run_module.run_specs(args))[1]["CartPole-v1"]["earlier_sittings"] == [
+        {"name": "Other CPU x2"}
+    ]
+
+
 def test_algo_variants_replace_yml_entries_and_reject_bad_items():
     from benchmarks.config import algo_class, hyperparams_source, load_zoo_hyperparams, split_variant, validate_names
 
@@ -393,6 +429,8 @@ def test_algo_variants_replace_yml_entries_and_reject_bad_items():
         "impala",
         {"learning_rate": 1e-4, "ent_coef": 2.5e-3, "n_epochs": 4, "x": "lin_3e-4"},
     )
+    # ... inside lists and mappings too; quoting keeps a string.
+    assert split_variant("a[x=[1e-4,2],y={b: 1E+3},z='1e-4']") == ("a", {"x": [1e-4, 2], "y": {"b": 1e3}, "z": "1e-4"})
     with pytest.raises(ValueError, match="unknown algos"):
         validate_names(["nope[a=1]"], ["Pendulum-v1"])
 

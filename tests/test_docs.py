@@ -1,11 +1,12 @@
 """The documentation: the Sphinx build with warnings as errors, and every relative link of the Markdown pages."""
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.commands import run_command
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DOCS = REPO_ROOT / "docs"
@@ -25,12 +26,12 @@ def without_code(text: str) -> str:
     return re.sub(r"`[^`\n]*`", "", text)
 
 
-@pytest.mark.timeout(660)  # past the build's own 600 s, so that its timeout reports with its output
+@pytest.mark.timeout(660)  # past the build's own 600 s limit, which reports with its output (run_command)
 def test_sphinx_build_with_warnings_as_errors(tmp_path):
     pytest.importorskip("sphinx")
     pytest.importorskip("myst_parser")
     command = [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-b", "html", str(DOCS), str(tmp_path / "html")]
-    result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+    result = run_command(command, cwd=REPO_ROOT, timeout=600)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-8000:]
     for name in ["impact", "impala", "ppo_amber", "vracer", "ptr_ppo", "sac_refer", "td3_refer"]:
         assert (tmp_path / "html" / "algorithms" / f"{name}.html").is_file()

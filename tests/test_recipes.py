@@ -8,11 +8,12 @@ import importlib.util
 import os
 import re
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.commands import run_command
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RECIPES = sorted((REPO_ROOT / "benchmarks" / "recipes").glob("*.sh"))
@@ -59,7 +60,7 @@ def with_small_budget(argv: list[str], out: Path) -> list[str]:
     return result
 
 
-@pytest.mark.timeout(660)  # past the command's own 600 s, so that its timeout reports with its output
+@pytest.mark.timeout(660)  # past the command's own 600 s limit, which reports with its output (run_command)
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda recipe: recipe.stem)
 def test_recipe_first_line_runs_at_a_small_budget(recipe, tmp_path):
     argv = first_command(recipe)
@@ -70,7 +71,7 @@ def test_recipe_first_line_runs_at_a_small_budget(recipe, tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "OUT": str(tmp_path), "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "benchmarks", *with_small_budget(argv, out)]
-    result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+    result = run_command(command, cwd=REPO_ROOT, env=env, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     written = {path.suffix for path in out.rglob("*") if path.is_file()}
     assert {".csv", ".json"} <= written or {".csv", ".png"} <= written, f"{recipe.name} wrote {sorted(written)}"

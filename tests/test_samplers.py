@@ -1,6 +1,5 @@
 """rl-zoo3 hyperparameter optimisation: every sampler gives arguments its algorithm builds and learns with."""
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -12,6 +11,7 @@ from stable_baselines3.common.env_util import make_vec_env
 
 from sb3_impact.zoo import ZOO_ALGOS, register
 from sb3_impact.zoo.samplers import CONVERTERS, SAMPLERS
+from tests.commands import run_command
 from tests.test_zoo import ZOO_COMMAND_ENVS, hook_installed
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -103,14 +103,14 @@ def test_size_rules_hold_at_the_edges_of_the_search_space():
 
 
 @pytest.mark.skipif(not hook_installed(), reason="needs the installed startup hook: pip install .")
-@pytest.mark.timeout(660)  # past the command's own 600 s, so that its timeout reports with its output
+@pytest.mark.timeout(660)  # past the command's own 600 s limit, which reports with its output (run_command)
 @pytest.mark.parametrize("algo, env_id", ZOO_COMMAND_ENVS)
 def test_rl_zoo3_optimize_command_finishes(algo, env_id, tmp_path):
     """The literal ``python -m rl_zoo3.train --algo ALGO --env ENV -optimize`` with two trials."""
     command = [sys.executable, "-m", "rl_zoo3.train", "--algo", algo, "--env", env_id, "-optimize", "--n-trials", "2"]
     command += ["--n-jobs", "1", "--sampler", "tpe", "--pruner", "median", "-n", "1000", "--n-evaluations", "1"]
     command += ["--eval-episodes", "2", "--seed", "3", "-f", "logs", "-params", "n_envs:1"]  # one env: short rollouts
-    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    result = run_command(command, cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Number of finished trials:  2" in result.stdout, result.stdout[-3000:]
     reports = list((tmp_path / "logs" / algo).glob("report_*.csv"))

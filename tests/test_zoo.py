@@ -12,6 +12,7 @@ import yaml
 
 from sb3_impact import IMPACT, IMPALA
 from sb3_impact.zoo import ZOO_ALGOS, hyperparams_path, register
+from tests.commands import run_command
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -70,19 +71,20 @@ def test_register_adds_algorithms_and_points_rl_zoo3_at_our_yml():
     assert Path(manager.config).name == "ppo.yml" and "rl_zoo3" in manager.config
 
 
-def run(command: list[str], cwd: Path, **env) -> subprocess.CompletedProcess:
+def run(command: list[str], cwd: Path, timeout: float = 120, **env) -> subprocess.CompletedProcess:
     # One OpenMP thread: with torch's default (one per core) a command that takes 37 s on the quiet 2-core machine
     # took over 300 s beside two benchmark processes (threads spinning against each other). What is tested is
     # that the command works, not how fast.
     environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1", **env}
-    return subprocess.run(command, cwd=cwd, env=environment, capture_output=True, text=True, timeout=300)
+    return run_command(command, cwd=cwd, env=environment, timeout=timeout)
 
 
 @pytest.mark.skipif(not hook_installed(), reason="needs the installed startup hook: pip install . (not -e)")
+@pytest.mark.timeout(660)  # its two commands' own limits: 2 x 300 s
 @pytest.mark.parametrize("algo, env_id", ZOO_COMMAND_ENVS)
 def test_rl_zoo3_train_and_enjoy_commands(algo, env_id, tmp_path):
     train_args = ["--algo", algo, "--env", env_id, "-n", "2000", "-f", "logs", "--seed", "0"]
-    train = run([sys.executable, "-m", "rl_zoo3.train", *train_args], cwd=tmp_path)
+    train = run([sys.executable, "-m", "rl_zoo3.train", *train_args], cwd=tmp_path, timeout=300)
     assert train.returncode == 0, train.stderr[-3000:]
     assert (tmp_path / "logs" / algo / f"{env_id}_1" / f"{env_id}.zip").is_file()
     config_file = tmp_path / "logs" / algo / f"{env_id}_1" / env_id / "config.yml"
@@ -94,7 +96,7 @@ def test_rl_zoo3_train_and_enjoy_commands(algo, env_id, tmp_path):
     # even one that balances CartPole for all its steps.
     n_enjoy_steps = gym.spec(env_id).max_episode_steps + 1
     enjoy_args = ["--algo", algo, "--env", env_id, "-f", "logs/", "-n", str(n_enjoy_steps), "--no-render", "--seed", "0"]
-    enjoy = run([sys.executable, "-m", "rl_zoo3.enjoy", *enjoy_args], cwd=tmp_path)
+    enjoy = run([sys.executable, "-m", "rl_zoo3.enjoy", *enjoy_args], cwd=tmp_path, timeout=300)
     assert enjoy.returncode == 0, enjoy.stderr[-3000:]
     assert "Mean reward" in enjoy.stdout or "Episode Reward" in enjoy.stdout
 
