@@ -5,5 +5,6 @@
 set -euo pipefail
 OUT=${OUT:-results/ppo_amber_mujoco}
 
-python -m benchmarks run --algos ppo ppo_amber --env HalfCheetah-v5 --seeds 3 --steps 100000 --eval-freq 20000 \
-    --eval-episodes 5 --jobs 1 --out "$OUT"
+# PPO-AMBER's values are pinned to the yml entry of the day (L = 8, eps_b = lin_0.25, clip 0.2 as the yml).
+python -m benchmarks run --algos ppo "ppo_amber[replay_length=8,batch_drop_factor=lin_0.25]" --env HalfCheetah-v5 \
+    --seeds 3 --steps 100000 --eval-freq 20000 --eval-episodes 5 --jobs 1 --out "$OUT"
