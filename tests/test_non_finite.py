@@ -4,11 +4,12 @@ with an error naming the environment index, on every (algorithm, collector) pair
 """
 
 import pytest
+import torch as th
 from stable_baselines3.common.vec_env import DummyVecEnv
 
 from sb3_impact.common.collectors import CollectorError
 
-from .algorithms import ALGO_COLLECTOR, pair_kwargs
+from .algorithms import ALGO_COLLECTOR, COLLECTING, COLLECTING_IDS, pair_kwargs
 from .conftest import NaNFinalObservationEnv, NonFiniteEnv, collector_processes, collector_threads
 
 
@@ -43,3 +44,20 @@ def test_finite_data_from_the_same_envs_learns(algo, collector):
     env = DummyVecEnv([lambda: NonFiniteEnv(bad=False), lambda: NaNFinalObservationEnv(bad=False)])
     model = algo("MlpPolicy", env, seed=0, **pair_kwargs(algo, collector)).learn(64)
     assert model.num_timesteps >= 64
+
+
+@pytest.mark.parametrize("collector", ["sync", "process"])
+@pytest.mark.parametrize("algo", COLLECTING, ids=COLLECTING_IDS)
+def test_a_policy_with_nan_weights_stops_learn_naming_the_cause(algo, collector):
+    """
+    Diverged weights: in the learner's process torch.distributions' own argument check may say so first (SB3's
+    policies); a forked collector skips that check (it costs a tenth of a sampling step), and the sampler's own
+    check says so.
+    """
+    model = algo("MlpPolicy", "Pendulum-v1", seed=0, **pair_kwargs(algo, collector))
+    with th.no_grad():
+        for parameter in model.policy.parameters():
+            parameter.fill_(float("nan"))
+    message = learn_error_message(model, 1_000)
+    ours = "NaN or infinite parameters or log-probabilities" in message
+    assert ours or (collector == "sync" and "invalid values" in message), message

@@ -24,7 +24,7 @@ import torch as th
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
 from sb3_impact.common.collectors.base import Collector, CollectorError, check_queue_size
-from sb3_impact.common.collectors.sampler import CollectionInterrupted, SegmentSampler
+from sb3_impact.common.collectors.sampler import CollectionInterrupted, SegmentSampler, skip_distribution_argument_checks
 from sb3_impact.common.segments import Segment
 
 
@@ -57,6 +57,7 @@ def _collect_in_child(
     max_segments: int | None,
 ) -> None:
     th.set_num_threads(1)
+    skip_distribution_argument_checks()
     local_version = -1
     normalizer = _vec_normalize(sampler.env)
     try:

@@ -35,7 +35,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.policies import BasePolicy
 
 from sb3_impact.common.collectors.base import Collector, CollectorError, check_queue_size
-from sb3_impact.common.collectors.sampler import CollectionInterrupted, SegmentSampler
+from sb3_impact.common.collectors.sampler import CollectionInterrupted, SegmentSampler, skip_distribution_argument_checks
 from sb3_impact.common.segments import Segment
 
 RAY_INSTALL_HINT = 'collector="ray" needs Ray, an optional dependency: pip install "sb3-impact[ray]"'
@@ -98,6 +98,7 @@ class RolloutWorker:
         first_env_id: int = 0,
     ) -> None:
         th.set_num_threads(1)
+        skip_distribution_argument_checks()
         th.manual_seed(seed)
         np.random.seed(seed % 2**32)
         random.seed(seed)

@@ -21,6 +21,15 @@ from sb3_impact.common.observations import (
 from sb3_impact.common.segments import Segment
 
 
+def skip_distribution_argument_checks() -> None:
+    """
+    Turn off ``torch.distributions``' argument checks in a process that only samples (a Ray actor, the forked
+    collector): they cost about a tenth of a sampling step there, and the sampler checks what it records itself
+    (:meth:`SegmentSampler._act`). The learner's process keeps PyTorch's default.
+    """
+    th.distributions.Distribution.set_default_validate_args(False)
+
+
 class CollectionInterrupted(Exception):
     """Raised inside a sampler when its owner asked it to stop in the middle of a segment."""
 
@@ -92,7 +101,13 @@ class SegmentSampler:
             actions = distribution.get_actions(deterministic=False)
             log_probs = distribution.log_prob(actions)
             params = behaviour_params(distribution)
-        return actions.cpu().numpy(), log_probs.cpu().numpy(), params.cpu().numpy()
+        log_probs_array, params_array = log_probs.cpu().numpy(), params.cpu().numpy()
+        if not (np.isfinite(log_probs_array).all() and np.isfinite(params_array).all()):
+            raise ValueError(
+                "collection: the policy's action distribution has NaN or infinite parameters or log-probabilities "
+                "(diverged weights?); lower the learning rate or check the observations' scale"
+            )
+        return actions.cpu().numpy(), log_probs_array, params_array
 
     def _env_actions(self, actions: np.ndarray) -> np.ndarray:
         """What the env is stepped with: the stored action is the sampled one (its log-prob is the behaviour's)."""
