@@ -11,6 +11,8 @@ from stable_baselines3.common.policies import ActorCriticPolicy
 
 from sb3_impact.common.circular_buffer import CircularBuffer
 from sb3_impact.common.collectors import CollectorError, SegmentSampler, SyncCollector, ThreadCollector
+from sb3_impact.common.collectors.sampler import sample_diag_gaussian, samples_plain_diag_gaussian
+from sb3_impact.common.distributions import behaviour_params
 from sb3_impact.common.training_batch import TrainingBatch
 
 from .conftest import CrashingEnv, collector_threads
@@ -48,6 +50,47 @@ def test_behaviour_log_probs_match_stored_distribution():
     distribution = sampler.policy.get_distribution(obs)
     expected = distribution.log_prob(th.as_tensor(segment.actions[3])).detach().numpy()
     np.testing.assert_allclose(segment.behaviour_log_probs[3], expected, rtol=1e-5)
+
+
+class PolicyWithItsOwnDistribution(ActorCriticPolicy):
+    def get_distribution(self, obs):
+        return super().get_distribution(obs * 0.5)
+
+
+@pytest.mark.parametrize("share_features_extractor", [True, False])
+@pytest.mark.parametrize("action_shape", [(1,), (3,), (2, 2)])
+def test_diag_gaussian_shortcut_draws_what_the_distribution_draws(action_shape, share_features_extractor):
+    """The sampler's shortcut gives SB3's actions, log-probs and parameters bit for bit from the same random state."""
+    observation_space = gym.spaces.Box(-1.0, 1.0, (5,), np.float32)
+    action_space = gym.spaces.Box(-2.0, 2.0, action_shape, np.float32)
+    policy = ActorCriticPolicy(
+        observation_space, action_space, lambda _: 1e-3, net_arch=[8], share_features_extractor=share_features_extractor
+    )
+    with th.no_grad():
+        policy.log_std.copy_(th.linspace(-3.0, 1.0, policy.log_std.numel()))
+    assert samples_plain_diag_gaussian(policy)
+    obs = th.as_tensor(np.random.default_rng(0).uniform(-1, 1, (4, 5)), dtype=th.float32)
+    with th.no_grad():
+        th.manual_seed(7)
+        distribution = policy.get_distribution(obs)
+        expected_actions = distribution.get_actions()
+        expected = (expected_actions, distribution.log_prob(expected_actions), behaviour_params(distribution))
+        th.manual_seed(7)
+        shortcut = sample_diag_gaussian(policy, obs)
+    for got, want in zip(shortcut, expected, strict=True):
+        assert th.equal(got, want)
+
+
+def test_diag_gaussian_shortcut_is_only_taken_for_sb3s_own_plain_gaussian():
+    box = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    lr = lambda _: 1e-3  # noqa: E731
+    assert not samples_plain_diag_gaussian(ActorCriticPolicy(box, box, lr, use_sde=True))
+    assert not samples_plain_diag_gaussian(ActorCriticPolicy(box, gym.spaces.Discrete(3), lr))
+    assert not samples_plain_diag_gaussian(PolicyWithItsOwnDistribution(box, box, lr))
+    sampler = make_sampler(env_id="Pendulum-v1")
+    assert sampler._samples_diag_gaussian
+    sampler.policy = PolicyWithItsOwnDistribution(sampler.env.observation_space, sampler.env.action_space, lr)
+    assert not sampler._samples_diag_gaussian
 
 
 def test_thread_collector_blocks_when_learner_does_not_consume():
