@@ -17,7 +17,11 @@ Three measurements (``--modes``):
   second of training time (from the moment every worker is running).
 
 ``collect`` rows give ``efficiency`` = ``steps_per_s(n) / (n * steps_per_s(1))`` (1.0 is linear scaling);
-``learn`` rows give ``of_ceiling`` = ``steps_per_s / ceiling``. Ray is started locally with this machine's
+``learn`` rows give ``of_ceiling`` = ``steps_per_s / ceiling``. CPU time per environment step is read from the
+processes themselves (``/proc``, Linux): the workers' together (``collect``) and the learner's process
+(``ceiling``, ``learn``); ``learn`` rows add ``cpu_limit_steps_per_s``, the most this machine's cores allow when
+each step costs the workers' CPU (``collect`` at the same count) plus the learner's (``ceiling``). The ceiling
+runs with the torch threads ``learn()`` leaves the learner at the largest worker count. Ray is started locally with this machine's
 CPUs (``--ray-cpus`` to change); each worker asks for ``--num-cpus-per-worker`` CPUs (default: the CPUs
 shared by the largest worker count, at most 1), so that workers which mostly sleep can share cores.
 Repeats are interleaved over worker counts and the median is kept. Writes ray_scaling.json, .csv and .png
@@ -30,6 +34,7 @@ import dataclasses
 import functools
 import json
 import logging
+import math
 import os
 import pickle
 import statistics
@@ -60,6 +65,9 @@ CSV_FIELDS = [
     "worker_steps_per_s_min",
     "driver_ms_per_segment",
     "bytes_per_segment",
+    "worker_cpu_ms_per_step",
+    "learner_cpu_ms_per_step",
+    "cpu_limit_steps_per_s",
     "repeats",
 ]
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -146,6 +154,21 @@ class TrainingClock(BaseCallback):
         self.steps, self.seconds = self.num_timesteps - self.start_steps, time.perf_counter() - self.start
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process of this machine so far (``/proc/PID/stat``); NaN where unreadable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime: fields 14, 15 of stat
+
+
+def learner_threads(args: argparse.Namespace) -> int:
+    """The torch threads learn() leaves the learner when the largest worker count runs on this machine."""
+    busy_cpus = math.ceil(max(args.workers) * args.num_cpus_per_worker - 1e-9)
+    return max(1, min(th.get_num_threads(), (os.cpu_count() or 1) - busy_cpus))
+
+
 def measure_collection(args: argparse.Namespace, n_workers: int) -> dict[str, float]:
     """Steps/s the collector delivers to a driver that only takes segments, after every worker delivered some."""
     model = build_model(args, n_workers)
@@ -159,12 +182,15 @@ def measure_collection(args: argparse.Namespace, n_workers: int) -> dict[str, fl
             if time.monotonic() > deadline:
                 raise RuntimeError("the workers did not all deliver within 600s")
         bytes_per_segment = len(pickle.dumps(segment, protocol=5))
+        worker_pids = [description["pid"] for description in collector._describe_workers()]
         worker_steps = [slot.delivered_steps for slot in collector._slots]
         steps, segments, driver_seconds = collector.delivered_steps, collector.delivered_segments, collector.driver_seconds
+        worker_cpu = sum(process_cpu_seconds(pid) for pid in worker_pids)
         start = time.perf_counter()
         while time.perf_counter() - start < args.seconds:
             collector.get_segment()
         seconds = time.perf_counter() - start
+        worker_cpu = sum(process_cpu_seconds(pid) for pid in worker_pids) - worker_cpu
         slots = collector._slots
         per_worker = [(slot.delivered_steps - before) / seconds for slot, before in zip(slots, worker_steps, strict=True)]
         new_segments = collector.delivered_segments - segments
@@ -174,6 +200,7 @@ def measure_collection(args: argparse.Namespace, n_workers: int) -> dict[str, fl
             "worker_steps_per_s_min": min(per_worker),
             "driver_ms_per_segment": 1e3 * (collector.driver_seconds - driver_seconds) / max(new_segments, 1),
             "bytes_per_segment": bytes_per_segment,
+            "worker_cpu_ms_per_step": 1e3 * worker_cpu / max(collector.delivered_steps - steps, 1),
         }
     finally:
         collector.close()
@@ -182,7 +209,9 @@ def measure_collection(args: argparse.Namespace, n_workers: int) -> dict[str, fl
 def measure_learning(args: argparse.Namespace, n_workers: int) -> dict[str, float]:
     model = build_model(args, n_workers)
     clock = TrainingClock()
+    cpu = time.process_time()
     model.learn(args.learn_steps, callback=clock)
+    cpu = time.process_time() - cpu
     stats = model.collector_stats
     per_worker = [value for key, value in stats.items() if key.startswith("worker_")]
     steps_per_s = clock.steps / clock.seconds
@@ -191,6 +220,7 @@ def measure_learning(args: argparse.Namespace, n_workers: int) -> dict[str, floa
         "segments_per_s": steps_per_s / (args.n_steps * args.envs_per_worker),
         "worker_steps_per_s_min": min(per_worker),
         "driver_ms_per_segment": stats.get("driver_ms_per_segment", float("nan")),
+        "learner_cpu_ms_per_step": 1e3 * cpu / model.num_timesteps,
     }
 
 
@@ -199,10 +229,21 @@ def measure_ceiling(args: argparse.Namespace) -> dict[str, float]:
     env = make_vec_env(env_factory(args), n_envs=args.envs_per_worker, seed=0)
     model = IMPACT("MlpPolicy", env, collector=ReplayedSegments, n_steps=args.n_steps, seed=0, device="cpu")
     clock = TrainingClock()
-    model.learn(args.learn_steps, callback=clock)
+    threads = th.get_num_threads()
+    th.set_num_threads(learner_threads(args))
+    try:
+        cpu = time.process_time()
+        model.learn(args.learn_steps, callback=clock)
+        cpu = time.process_time() - cpu
+    finally:
+        th.set_num_threads(threads)
     env.close()
     steps_per_s = clock.steps / clock.seconds
-    return {"steps_per_s": steps_per_s, "segments_per_s": steps_per_s / (args.n_steps * args.envs_per_worker)}
+    return {
+        "steps_per_s": steps_per_s,
+        "segments_per_s": steps_per_s / (args.n_steps * args.envs_per_worker),
+        "learner_cpu_ms_per_step": 1e3 * cpu / model.num_timesteps,
+    }
 
 
 def env_limit(args: argparse.Namespace, n_workers: int) -> float | None:
@@ -219,6 +260,7 @@ def summarize(args: argparse.Namespace, results: dict[tuple[str, int], list[dict
         return round(float(statistics.median(values)), 3) if values else None
 
     ceiling = median(results.get(("ceiling", 0), []), "steps_per_s")
+    learner_cpu = median(results.get(("ceiling", 0), []), "learner_cpu_ms_per_step")
     rows: list[dict[str, Any]] = []
     for mode in args.modes:
         baseline = None
@@ -229,6 +271,10 @@ def summarize(args: argparse.Namespace, results: dict[tuple[str, int], list[dict
             if mode == "collect" and n_workers == min(args.workers):
                 baseline = rate / n_workers
             limit = env_limit(args, n_workers) if mode != "ceiling" else None
+            worker_cpu = median(results.get(("collect", n_workers), []), "worker_cpu_ms_per_step")
+            cpu_limit = None
+            if mode == "learn" and worker_cpu and learner_cpu:
+                cpu_limit = round(1e3 * (os.cpu_count() or 1) / (worker_cpu + learner_cpu), 1)
             rows.append(
                 {
                     "mode": mode,
@@ -241,6 +287,9 @@ def summarize(args: argparse.Namespace, results: dict[tuple[str, int], list[dict
                     "worker_steps_per_s_min": median(measured, "worker_steps_per_s_min"),
                     "driver_ms_per_segment": median(measured, "driver_ms_per_segment"),
                     "bytes_per_segment": median(measured, "bytes_per_segment"),
+                    "worker_cpu_ms_per_step": median(measured, "worker_cpu_ms_per_step"),
+                    "learner_cpu_ms_per_step": median(measured, "learner_cpu_ms_per_step"),
+                    "cpu_limit_steps_per_s": cpu_limit,
                     "repeats": len(measured),
                 }
             )
@@ -357,6 +406,7 @@ def main(argv: list[str] | None = None) -> None:
         writer.writerows(rows)
     settings = {key: (str(value) if isinstance(value, Path) else value) for key, value in vars(args).items()}
     data = {"rows": rows, "settings": settings, "machine": machine_description(), "ray_version": ray.__version__}
+    data["learner_threads"] = learner_threads(args)
     collect_efficiency = [row["efficiency"] for row in rows if row["mode"] == "collect" and row["efficiency"]]
     learn_of_ceiling = [row["of_ceiling"] for row in rows if row["mode"] == "learn" and row["of_ceiling"]]
     data["min_collect_efficiency"] = min(collect_efficiency) if collect_efficiency else None

@@ -54,9 +54,9 @@ def test_summary_gives_efficiency_against_linear_and_learn_against_the_ceiling()
     results = {
         ("collect", 1): [{"steps_per_s": 100.0}, {"steps_per_s": 120.0}, {"steps_per_s": 110.0}],
         ("collect", 2): [{"steps_per_s": 200.0}],
-        ("collect", 4): [{"steps_per_s": 330.0}],
-        ("ceiling", 0): [{"steps_per_s": 300.0}],
-        ("learn", 4): [{"steps_per_s": 270.0}],
+        ("collect", 4): [{"steps_per_s": 330.0, "worker_cpu_ms_per_step": 0.6}],
+        ("ceiling", 0): [{"steps_per_s": 300.0, "learner_cpu_ms_per_step": 0.4}],
+        ("learn", 4): [{"steps_per_s": 270.0, "learner_cpu_ms_per_step": 0.5}],
     }
     rows = {(row["mode"], row["workers"]): row for row in ray_scaling.summarize(args, results)}
     assert rows[("collect", 1)]["steps_per_s"] == 110.0 and rows[("collect", 1)]["repeats"] == 3  # the median
@@ -65,6 +65,20 @@ def test_summary_gives_efficiency_against_linear_and_learn_against_the_ceiling()
     assert rows[("collect", 4)]["env_limit_steps_per_s"] == 800.0
     assert rows[("learn", 4)]["of_ceiling"] == 0.9
     assert rows[("ceiling", 0)]["efficiency"] is None and rows[("ceiling", 0)]["env_limit_steps_per_s"] is None
+    # The cores over the CPU a step costs the workers (collect, 4 workers) and the learner (ceiling).
+    assert rows[("learn", 4)]["cpu_limit_steps_per_s"] == round(1e3 * (os.cpu_count() or 1) / (0.6 + 0.4), 1)
+    assert rows[("learn", 4)]["learner_cpu_ms_per_step"] == 0.5 and rows[("collect", 2)]["cpu_limit_steps_per_s"] is None
+
+
+def test_process_cpu_seconds_counts_this_process_work():
+    before = ray_scaling.process_cpu_seconds(os.getpid())
+    if np.isnan(before):
+        pytest.skip("no /proc on this system")
+    deadline = time.process_time() + 0.3
+    while time.process_time() < deadline:
+        pass
+    assert ray_scaling.process_cpu_seconds(os.getpid()) - before >= 0.2  # the clock ticks of 0.3 s of work
+    assert np.isnan(ray_scaling.process_cpu_seconds(2**22 + 12345))  # no such process
 
 
 def test_ray_scaling_end_to_end_writes_its_files(tmp_path):
@@ -92,4 +106,7 @@ def test_ray_scaling_end_to_end_writes_its_files(tmp_path):
     assert data["settings"]["num_cpus_per_worker"] == min(1.0, (os.cpu_count() or 1) / 2)  # CPUs over 2 workers
     collect = next(row for row in data["rows"] if row["mode"] == "collect")
     assert collect["bytes_per_segment"] > 16 * 16 * 4 and collect["driver_ms_per_segment"] > 0
+    assert collect["worker_cpu_ms_per_step"] > 0 and data["learner_threads"] >= 1
+    learn = next(row for row in data["rows"] if row["mode"] == "learn")
+    assert learn["learner_cpu_ms_per_step"] > 0 and learn["cpu_limit_steps_per_s"] > 0
     assert (tmp_path / "ray_scaling.png").stat().st_size > 0 and (tmp_path / "ray_scaling.csv").exists()
