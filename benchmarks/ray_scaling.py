@@ -21,8 +21,8 @@ Three measurements (``--modes``):
 processes themselves (``/proc``, Linux): the workers' together (``collect``) and the learner's process
 (``ceiling``, ``learn``); ``learn`` rows add ``cpu_limit_steps_per_s``, the most this machine's cores allow when
 each step costs the workers' CPU (``collect`` at the same count) plus the learner's (``ceiling``). The ceiling
-runs with the torch threads ``learn()`` leaves the learner at the largest worker count. Ray is started locally with this machine's
-CPUs (``--ray-cpus`` to change); each worker asks for ``--num-cpus-per-worker`` CPUs (default: the CPUs
+runs with the torch threads ``learn()`` leaves the learner at the largest worker count. Ray is started
+locally with this machine's CPUs (``--ray-cpus`` to change); each worker asks for ``--num-cpus-per-worker`` CPUs (default: the CPUs
 shared by the largest worker count, at most 1), so that workers which mostly sleep can share cores.
 Repeats are interleaved over worker counts and the median is kept. Writes ray_scaling.json, .csv and .png
 into ``--out``.
@@ -319,6 +319,16 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
         if ceiling:
             efficiency_axis.plot(
                 workers, [row["of_ceiling"] for row in learn], "s-", color="C1", label="learn(): of the learner's ceiling"
+            )
+        cpu_limited = [row for row in learn if row.get("cpu_limit_steps_per_s")]
+        if cpu_limited:
+            rate_axis.plot(
+                [row["workers"] for row in cpu_limited],
+                [row["cpu_limit_steps_per_s"] for row in cpu_limited],
+                "--",
+                color="C3",
+                linewidth=1,
+                label="the cores' limit for learn() (CPU per step measured apart)",
             )
     if ceiling:
         rate_axis.axhline(ceiling, color="C2", linestyle="--", label=f"learner's ceiling ({ceiling:.0f} steps/s)")
