@@ -22,8 +22,9 @@ processes themselves (``/proc``, Linux): the workers' together (``collect``) and
 (``ceiling``, ``learn``); ``learn`` rows add ``cpu_limit_steps_per_s``, the most this machine's cores allow when
 each step costs the workers' CPU (``collect`` at the same count) plus the learner's (``ceiling``). The ceiling
 runs with the torch threads ``learn()`` leaves the learner at the largest worker count. Ray is started
-locally with this machine's CPUs (``--ray-cpus`` to change); each worker asks for ``--num-cpus-per-worker`` CPUs (default: the CPUs
-shared by the largest worker count, at most 1), so that workers which mostly sleep can share cores.
+locally with this machine's CPUs (``--ray-cpus`` to change); each worker asks for ``--num-cpus-per-worker``
+CPUs (default: the CPUs shared by the largest worker count, at most 1), so that workers which mostly sleep can
+share cores.
 Repeats are interleaved over worker counts and the median is kept. Writes ray_scaling.json, .csv and .png
 into ``--out``.
 """
