@@ -9,3 +9,14 @@ OUT=${OUT:-results/ptr_ppo_atari}
 # the docs is this command with sb3_impact at commit 912ad65 on the path.
 python -m benchmarks iteration_cost --algos ptr_ppo ppo --env BreakoutNoFrameskip-v4 --steps 6144 \
     --out "$OUT/iteration_cost"
+
+# Atari environment steps per second on two CPU cores (docs/results.md, "Atari on two CPU cores"): every algorithm
+# with its yml, one 60 s run at a time, no evaluation; then the thread collector's overlap T / max(C, L).
+python -m benchmarks run --algos ppo impact impala ptr_ppo --env BreakoutNoFrameskip-v4 PongNoFrameskip-v4 --seeds 1 \
+    --max-seconds 60 --eval-seconds 20 --eval-episodes 0 --out "$OUT/atari_throughput_2core"
+for env in BreakoutNoFrameskip-v4 PongNoFrameskip-v4; do
+    for algo in impact impala; do
+        python -m benchmarks throughput --algo "$algo" --env "$env" --batches 8 --vec-env dummy --collector thread \
+            --out "$OUT/atari_throughput_2core"
+    done
+done
