@@ -20,3 +20,20 @@ for env in BreakoutNoFrameskip-v4 PongNoFrameskip-v4; do
             --out "$OUT/atari_throughput_2core"
     done
 done
+
+# The paper's Table 2 on two CPU cores (issue 23): PTR-PPO (the shipped atari yml: the paper's schedule, priority
+# max) against SB3 PPO (rl-zoo3's atari yml) at the paper's 160k environment steps, 3 seeds, 10 deterministic full
+# games (all lives, unclipped) every 20k steps. Two runs at a time, one core and one torch thread each (step-based):
+# about 45 minutes per PTR-PPO run and 17-20 per PPO run. One line per game; a sitting may run some seeds and add
+# the others with --first-seed N --seeds K --append on the same machine kind and software.
+T2="--seeds 3 --steps 160000 --eval-freq 20000 --eval-episodes 10 --jobs 2 --torch-threads 1 --order interleaved"
+python -m benchmarks run --algos ptr_ppo ppo --env AtlantisNoFrameskip-v4 $T2 --out "$OUT/table2"
+python -m benchmarks run --algos ptr_ppo ppo --env QbertNoFrameskip-v4 $T2 --out "$OUT/table2"
+python -m benchmarks run --algos ptr_ppo ppo --env UpNDownNoFrameskip-v4 $T2 --out "$OUT/table2"
+python -m benchmarks run --algos ptr_ppo ppo --env BowlingNoFrameskip-v4 $T2 --out "$OUT/table2"
+python -m benchmarks run --algos ptr_ppo ppo --env NameThisGameNoFrameskip-v4 $T2 --out "$OUT/table2"
+python -m benchmarks run --algos ptr_ppo ppo --env BreakoutNoFrameskip-v4 $T2 --out "$OUT/table2"
+
+# The trajectory priorities on one game (3 seeds each; max is the default): mean and reward against max.
+python -m benchmarks run --algos "ptr_ppo[priority=max]" "ptr_ppo[priority=mean]" "ptr_ppo[priority=reward]" \
+    --env QbertNoFrameskip-v4 $T2 --out "$OUT/priorities"
