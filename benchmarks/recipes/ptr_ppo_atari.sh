@@ -20,6 +20,13 @@ for env in BreakoutNoFrameskip-v4 PongNoFrameskip-v4; do
             --out "$OUT/atari_throughput_2core"
     done
 done
+# IMPACT with the process collector instead of the yml's thread collector, same measurements.
+for env in BreakoutNoFrameskip-v4 PongNoFrameskip-v4; do
+    python -m benchmarks throughput --algo impact --env "$env" --batches 8 --vec-env dummy --collector process \
+        --out "$OUT/atari_throughput_2core/process"
+done
+python -m benchmarks run --algos "impact[collector=process]" --env BreakoutNoFrameskip-v4 PongNoFrameskip-v4 --seeds 1 \
+    --max-seconds 60 --eval-seconds 20 --eval-episodes 0 --out "$OUT/atari_throughput_2core/process"
 
 # The paper's Table 2 on two CPU cores (issue 23): PTR-PPO (the shipped atari yml: the paper's schedule, priority
 # max) against SB3 PPO (rl-zoo3's atari yml) at the paper's 160k environment steps, 3 seeds, 10 deterministic full
