@@ -35,7 +35,6 @@ import dataclasses
 import functools
 import json
 import logging
-import math
 import os
 import pickle
 import statistics
@@ -52,7 +51,8 @@ from benchmarks.output import machine_description, write_json
 from benchmarks.pool import sigterm_as_keyboard_interrupt
 from benchmarks.simulated_env import SimulatedEnv
 from sb3_impact import IMPACT
-from sb3_impact.common.collectors.base import Collector, CollectorError
+from sb3_impact.common.collectors.base import Collector, CollectorError, learner_threads_beside
+from sb3_impact.common.collectors.ray import cpus_taken
 from sb3_impact.common.segments import Segment
 
 CSV_FIELDS = [
@@ -166,8 +166,7 @@ def process_cpu_seconds(pid: int) -> float:
 
 def learner_threads(args: argparse.Namespace) -> int:
     """The torch threads learn() leaves the learner when the largest worker count runs on this machine."""
-    busy_cpus = math.ceil(max(args.workers) * args.num_cpus_per_worker - 1e-9)
-    return max(1, min(th.get_num_threads(), (os.cpu_count() or 1) - busy_cpus))
+    return learner_threads_beside(cpus_taken(max(args.workers), args.num_cpus_per_worker), th.get_num_threads())
 
 
 def measure_collection(args: argparse.Namespace, n_workers: int) -> dict[str, float]:

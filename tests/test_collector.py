@@ -11,8 +11,7 @@ from stable_baselines3.common.policies import ActorCriticPolicy
 
 from sb3_impact.common.circular_buffer import CircularBuffer
 from sb3_impact.common.collectors import CollectorError, SegmentSampler, SyncCollector, ThreadCollector
-from sb3_impact.common.collectors.sampler import sample_diag_gaussian, samples_plain_diag_gaussian
-from sb3_impact.common.distributions import behaviour_params
+from sb3_impact.common.distributions import behaviour_params, sample_diag_gaussian, samples_plain_diag_gaussian
 from sb3_impact.common.training_batch import TrainingBatch
 
 from .conftest import CrashingEnv, collector_threads

@@ -17,6 +17,11 @@ def check_queue_size(queue_size: Any) -> None:
         raise ValueError(f"collector_kwargs: queue_size must be an integer >= 1, got {queue_size!r}")
 
 
+def learner_threads_beside(busy_cpus: int, threads: int) -> int:
+    """The torch threads (at most ``threads``, at least 1) left to a learner beside ``busy_cpus`` collecting cores."""
+    return max(1, min(threads, (os.cpu_count() or 1) - busy_cpus))
+
+
 class CollectorError(RuntimeError):
     """The collector (or an environment it steps) failed; the original exception is the ``__cause__``."""
 
@@ -93,7 +98,7 @@ class Collector(ABC):
     def _cap_learner_threads(self, busy_cpus: int) -> None:
         """Leave the learner's torch intra-op threads the CPUs that ``busy_cpus`` collecting cores do not use."""
         self._torch_threads = th.get_num_threads()
-        th.set_num_threads(max(1, min(self._torch_threads, (os.cpu_count() or 1) - busy_cpus)))
+        th.set_num_threads(learner_threads_beside(busy_cpus, self._torch_threads))
 
     def _restore_learner_threads(self) -> None:
         """Undo :meth:`_cap_learner_threads` (safe to call when nothing was capped)."""

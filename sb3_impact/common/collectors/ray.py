@@ -79,6 +79,11 @@ def own_segment_arrays(segment: Segment) -> Segment:
     return segment
 
 
+def cpus_taken(n_workers: int, num_cpus_per_worker: float) -> int:
+    """Whole cores that ``n_workers`` workers asking ``num_cpus_per_worker`` CPUs each take on their node."""
+    return math.ceil(n_workers * num_cpus_per_worker - 1e-9)
+
+
 class RolloutWorker:
     """
     What runs inside one Ray actor: a VecEnv built from ``env`` (an id or a factory) and a CPU policy copy.
@@ -400,7 +405,7 @@ class RayCollector(Collector):
         # Workers on the learner's node each use a core: leave the learner the rest.
         driver_node = self._ray.get_runtime_context().get_node_id()
         local_workers = sum(slot.node_id == driver_node for slot in self._slots)
-        self._cap_learner_threads(busy_cpus=math.ceil(local_workers * self.num_cpus_per_worker - 1e-9))
+        self._cap_learner_threads(busy_cpus=cpus_taken(local_workers, self.num_cpus_per_worker))
 
     def close(self) -> None:
         if self._closed or self._ray is None:

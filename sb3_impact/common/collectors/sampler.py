@@ -1,6 +1,5 @@
 """The sampler: steps a VecEnv with a CPU copy of the policy and cuts the stream into segments."""
 
-import math
 import threading
 import time
 from collections.abc import Callable
@@ -9,11 +8,15 @@ import gymnasium as gym
 import numpy as np
 import torch as th
 from gymnasium import spaces
-from stable_baselines3.common.distributions import DiagGaussianDistribution
-from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
+from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.vec_env import VecEnv, unwrap_vec_normalize
 
-from sb3_impact.common.distributions import BehaviourSamplingPolicy, behaviour_params
+from sb3_impact.common.distributions import (
+    BehaviourSamplingPolicy,
+    behaviour_params,
+    sample_diag_gaussian,
+    samples_plain_diag_gaussian,
+)
 from sb3_impact.common.observations import (
     Observation,
     check_finite_final_observations,
@@ -30,40 +33,6 @@ def skip_distribution_argument_checks() -> None:
     (:meth:`SegmentSampler._act`). The learner's process keeps PyTorch's default.
     """
     th.distributions.Distribution.set_default_validate_args(False)
-
-
-_LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
-
-
-def samples_plain_diag_gaussian(policy: BasePolicy) -> bool:
-    """
-    Whether ``policy`` is an SB3 ``ActorCriticPolicy`` with a plain diagonal Gaussian (no gSDE) whose way to its
-    distribution is SB3's own: :func:`sample_diag_gaussian` then gives the same draws without building it.
-    """
-    policy_class = type(policy)
-    return (
-        isinstance(policy, ActorCriticPolicy)
-        and type(policy.action_dist) is DiagGaussianDistribution
-        and policy_class.get_distribution is ActorCriticPolicy.get_distribution
-        and policy_class._get_action_dist_from_latent is ActorCriticPolicy._get_action_dist_from_latent
-    )
-
-
-def sample_diag_gaussian(policy: ActorCriticPolicy, obs: th.Tensor) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
-    """
-    ``get_distribution(obs)``, then ``get_actions()``, ``log_prob(actions)`` and :func:`behaviour_params`, with
-    SB3's and ``torch.distributions.Normal``'s arithmetic written out: the same draws from the same random state,
-    bit for bit, for about two thirds of the time (a worker's step is mostly this call).
-
-    a = mu + eps * sigma, eps ~ N(0, 1);  log pi(a) = sum_i [-(a_i - mu_i)^2 / (2 sigma_i^2) - log sigma_i - log sqrt(2 pi)]
-    """
-    features = BasePolicy.extract_features(policy, obs, policy.pi_features_extractor)
-    mean = policy.action_net(policy.mlp_extractor.forward_actor(features))
-    std = th.ones_like(mean) * policy.log_std.exp()
-    actions = mean + th.empty_like(mean).normal_() * std
-    log_std = std.log()
-    log_probs = (-((actions - mean) ** 2) / (2 * std**2) - log_std - _LOG_SQRT_2PI).sum(dim=1)
-    return actions, log_probs, th.cat([mean, log_std], dim=1)
 
 
 class CollectionInterrupted(Exception):
