@@ -182,7 +182,14 @@ def test_impact_target_network_updates_every_n_times_k():
 
 
 @pytest.mark.parametrize(
-    "algo,kwargs", [(IMPACT, {}), (IMPACT, dict(batch_size=8)), (IMPALA, {}), (IMPALA, dict(batch_size=8, n_epochs=2))]
+    "algo,kwargs",
+    [
+        (IMPACT, {}),
+        (IMPACT, dict(batch_size=8)),
+        (IMPALA, {}),
+        (IMPALA, dict(batch_size=8, n_epochs=2)),
+        (IMPALA, dict(n_value_epochs=2, value_batch_size=8)),
+    ],
 )
 def test_loss_stays_finite_with_extreme_ratios(algo, kwargs):
     model = algo("MlpPolicy", "CartPole-v1", collector="sync", **kwargs, **SMALL)
@@ -227,13 +234,23 @@ def test_impala_validates_shared_parameters():
 
 
 @pytest.mark.parametrize(
-    "kwargs,name", [({"n_epochs": 0}, "n_epochs"), ({"batch_size": 0}, "batch_size"), ({"batch_size": 2.5}, "batch_size")]
+    "kwargs,name",
+    [
+        ({"n_epochs": 0}, "n_epochs"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"batch_size": 2.5}, "batch_size"),
+        ({"n_value_epochs": -1}, "n_value_epochs"),
+        ({"n_value_epochs": 1.5}, "n_value_epochs"),
+        ({"n_value_epochs": True}, "n_value_epochs"),
+        ({"value_batch_size": 0}, "value_batch_size"),
+        ({"value_batch_size": 8.0}, "value_batch_size"),
+    ],
 )
 def test_impala_validates_its_passes(kwargs, name, tmp_path):
     with pytest.raises(ValueError, match=name):
         IMPALA("MlpPolicy", "CartPole-v1", **kwargs)
     IMPALA("MlpPolicy", "CartPole-v1", **SMALL).save(tmp_path / "model")
-    if name == "n_epochs":  # also when load() sets it
+    if name != "batch_size":  # also when load() sets them
         with pytest.raises(ValueError, match=name):
             IMPALA.load(tmp_path / "model", **kwargs)
 
@@ -248,7 +265,74 @@ def test_impala_counts_passes_and_minibatch_steps(n_epochs, batch_size, steps_pe
     segments = model.trained_steps // 32
     assert model._n_updates == n_epochs * segments
     assert model.gradient_steps == steps_per_pass * model._n_updates
+    assert model.value_gradient_steps == 0
     assert model.sampled_steps == model.trained_steps + model.dropped_steps
+
+
+@pytest.mark.parametrize("n_value_epochs,value_batch_size,value_steps_per_pass", [(1, None, 1), (2, 8, 8), (3, 12, 9)])
+def test_impala_counts_value_passes(n_value_epochs, value_batch_size, value_steps_per_pass):
+    """Each pass over a 32-sample batch is followed by n_value_epochs value passes of ceil(32 / value_batch_size) steps."""
+    env = make_vec_env("CartPole-v1", n_envs=2)
+    model = IMPALA(
+        "MlpPolicy", env, collector="sync", n_value_epochs=n_value_epochs, value_batch_size=value_batch_size, **SMALL
+    )
+    model.learn(320)
+    assert model._n_updates == model.trained_steps // 32 > 0
+    assert model.gradient_steps == model._n_updates
+    assert model.value_gradient_steps == value_steps_per_pass * model._n_updates
+    assert np.isfinite(model.logger.name_to_value["train/value_epochs_loss"])
+
+
+def test_impala_value_passes_fit_the_critic_alone():
+    """
+    The paper's step, then two value passes, against a reference written out step by step: each pass computes
+    the V-trace targets v_s with the current networks, then each shuffled minibatch (SB3's env-major order) takes
+    one step on vf_coef (v_s - V(x_s))^2 alone. The actor is left as the paper's step left it.
+    """
+    import copy
+
+    env = make_vec_env("CartPole-v1", n_envs=2, seed=0, env_kwargs=dict(max_episode_steps=10))
+    model = IMPALA(
+        "MlpPolicy", env, collector="sync", n_value_epochs=2, value_batch_size=8, normalize_advantage=True, seed=0, **SMALL
+    )
+    model.learn(64)
+    collector = model._make_collector()
+    batch = TrainingBatch.from_segment(collector.get_segment(), model.device)
+    collector.close()
+    reference = copy.deepcopy(model.policy)
+
+    np.random.seed(5)
+    model._train_step(batch)
+
+    np.random.seed(5)
+    values, log_prob, entropy = reference.evaluate_actions(batch.observations, batch.actions)
+    vs, pg_advantages = model._vtrace_targets(batch, values.flatten(), log_prob.detach(), reference)
+    advantages = pg_advantages.flatten()
+    advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+    loss = -(advantages * log_prob).mean() + 0.5 * ((values.flatten() - vs.flatten()) ** 2).mean() - 0.01 * entropy.mean()
+    reference.optimizer.zero_grad()
+    loss.backward()
+    th.nn.utils.clip_grad_norm_(reference.parameters(), model.max_grad_norm)
+    reference.optimizer.step()
+    actor = {name: p.detach().clone() for name, p in reference.named_parameters() if "value" not in name}
+    for _ in range(2):
+        with th.no_grad():
+            values, log_prob, _ = reference.evaluate_actions(batch.observations, batch.actions)
+            vs, _ = model._vtrace_targets(batch, values.flatten(), log_prob, reference)
+        vs = vs.flatten()
+        env_major = np.random.permutation(32)
+        time_major = th.as_tensor((env_major % 16) * 2 + env_major // 16)
+        for indices in time_major.split(8):
+            values = reference.predict_values(batch.observations[indices]).flatten()
+            reference.optimizer.zero_grad()
+            (0.5 * ((values - vs[indices]) ** 2).mean()).backward()
+            th.nn.utils.clip_grad_norm_(reference.parameters(), model.max_grad_norm)
+            reference.optimizer.step()
+    for (name, expected), actual in zip(reference.state_dict().items(), model.policy.state_dict().values(), strict=True):
+        th.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-6, msg=name)
+    for name, parameter in model.policy.named_parameters():
+        if name in actor:
+            th.testing.assert_close(parameter.detach(), actor[name], rtol=0, atol=0, msg=name)
 
 
 def test_impala_minibatch_pass_uses_targets_from_the_start_of_the_pass():

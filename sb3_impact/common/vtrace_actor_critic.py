@@ -240,18 +240,19 @@ class VTraceActorCritic(OnPolicySegmentMixin, OnPolicyAlgorithm):
     def _after_update(self) -> None:
         """Called after every batch draw (``_n_updates`` already counts it)."""
 
-    def _minibatch_indices(self, batch: TrainingBatch) -> list[th.Tensor | None]:
+    def _minibatch_indices(self, batch: TrainingBatch, batch_size: int | None) -> list[th.Tensor | None]:
         """
-        One pass over ``batch`` in shuffled minibatches: indices into its time-major ``[T * B]`` samples
-        (``[None]``: the whole batch). The permutation is drawn over env-major positions, the order of SB3's
-        rollout buffer, so that a seeded run takes the same minibatches as SB3's PPO.
+        One pass over ``batch`` in shuffled minibatches of ``batch_size`` samples: indices into its time-major
+        ``[T * B]`` samples (``[None]``: the whole batch, also when ``batch_size`` is None). The permutation is
+        drawn over env-major positions, the order of SB3's rollout buffer, so that a seeded run takes the same
+        minibatches as SB3's PPO.
         """
-        if self.batch_size is None or self.batch_size >= batch.size:
+        if batch_size is None or batch_size >= batch.size:
             return [None]
         env_major = np.random.permutation(batch.size)
         time_major = (env_major % batch.n_steps) * batch.n_envs + env_major // batch.n_steps
         indices = th.as_tensor(time_major, device=self.device)
-        return [indices[start : start + self.batch_size] for start in range(0, batch.size, self.batch_size)]
+        return [indices[start : start + batch_size] for start in range(0, batch.size, batch_size)]
 
     def _train_pass(
         self, minibatches: list[th.Tensor | None], train_minibatch: Callable[[th.Tensor | None], dict[str, th.Tensor]]

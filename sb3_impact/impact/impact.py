@@ -232,7 +232,7 @@ class IMPACT(VTraceActorCritic):
         """One draw of ``batch``: a pass over it in shuffled minibatches, one gradient step each."""
         clip_range = self.clip_range(self._current_progress_remaining)
         measure_kl = self.use_kl_penalty or batch.last_use
-        minibatches = self._minibatch_indices(batch)
+        minibatches = self._minibatch_indices(batch, self.batch_size)
         stats = self._train_pass(minibatches, lambda indices: self._train_minibatch(batch, indices, clip_range, measure_kl))
         if self.use_kl_penalty:
             self._kl_sum += stats["kl_to_target"] * len(minibatches)

@@ -18,9 +18,15 @@ from sb3_impact.impala.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 SelfIMPALA = TypeVar("SelfIMPALA", bound="IMPALA")
 
 
-def _check_n_epochs(n_epochs: Any) -> None:
+def _check_passes(n_epochs: Any, n_value_epochs: Any, value_batch_size: Any) -> None:
     if not isinstance(n_epochs, (int, np.integer)) or n_epochs < 1:
         raise ValueError(f"n_epochs must be an integer >= 1, got {n_epochs!r}")
+    if isinstance(n_value_epochs, bool) or not isinstance(n_value_epochs, (int, np.integer)) or n_value_epochs < 0:
+        raise ValueError(f"n_value_epochs must be an integer >= 0, got {n_value_epochs!r}")
+    if value_batch_size is not None and (
+        isinstance(value_batch_size, bool) or not isinstance(value_batch_size, (int, np.integer)) or value_batch_size < 1
+    ):
+        raise ValueError(f"value_batch_size must be an integer >= 1 or None, got {value_batch_size!r}")
 
 
 class IMPALA(VTraceActorCritic):
@@ -39,6 +45,12 @@ class IMPALA(VTraceActorCritic):
     once per pass, with the policy at the start of the pass as pi, as PPO computes its advantages once per
     rollout. ``train/n_updates`` counts passes, ``train/gradient_steps`` minibatch steps.
 
+    ``n_value_epochs`` adds, after each pass, that many passes of value regression alone,
+    ``vf_coef (v_s - V(x_s))^2`` in shuffled minibatches of ``value_batch_size``, with the V-trace targets
+    recomputed at the start of each (section 4.1, eq. 1). They fit the critic, which one step per segment
+    leaves far behind on continuous control, and do not move the policy (whose extra passes, without a trust
+    region, collapse: docs/algorithms/impala.md). 0, the default, is the paper's update.
+
     :param policy: The policy model to use (MlpPolicy, CnnPolicy, MultiInputPolicy, or an ActorCriticPolicy subclass)
     :param env: The environment to learn from (if registered in Gym, can be str)
     :param learning_rate: The learning rate, a constant or a schedule of the remaining progress (1 to 0)
@@ -46,6 +58,8 @@ class IMPALA(VTraceActorCritic):
     :param batch_size: Minibatch size of the gradient steps in each pass over a batch (None: the whole batch,
         one gradient step per pass, as in the paper)
     :param n_epochs: Passes over each batch (1: the paper's single use)
+    :param n_value_epochs: Passes of value regression alone over each batch after each pass (0: the paper's)
+    :param value_batch_size: Minibatch size of those value passes (None: the whole batch)
     :param broadcast_interval: passes (batch draws) between weight broadcasts to the collector (which also gets
         the weights after every segment's training)
     :param gamma: Discount factor
@@ -83,6 +97,8 @@ class IMPALA(VTraceActorCritic):
         n_steps: int = 20,
         batch_size: int | None = None,
         n_epochs: int = 1,
+        n_value_epochs: int = 0,
+        value_batch_size: int | None = 64,
         broadcast_interval: int = 1,
         gamma: float = 0.99,
         gae_lambda: float = 1.0,
@@ -103,8 +119,11 @@ class IMPALA(VTraceActorCritic):
         device: th.device | str = "auto",
         _init_setup_model: bool = True,
     ) -> None:
-        _check_n_epochs(n_epochs)
+        _check_passes(n_epochs, n_value_epochs, value_batch_size)
         self.n_epochs = n_epochs
+        self.n_value_epochs = n_value_epochs
+        self.value_batch_size = value_batch_size
+        self.value_gradient_steps = 0
         super().__init__(
             policy,
             env,
@@ -135,15 +154,37 @@ class IMPALA(VTraceActorCritic):
         )
 
     def _setup_model(self) -> None:
-        _check_n_epochs(self.n_epochs)  # also when load(path, n_epochs=...) set it without the constructor
+        # Also when load(path, n_epochs=...) set them without the constructor.
+        _check_passes(self.n_epochs, self.n_value_epochs, self.value_batch_size)
         self.max_batch_reuse = self.n_epochs
         super()._setup_model()
 
     def _train_step(self, batch: TrainingBatch) -> dict[str, float]:
-        """One pass over ``batch``: one gradient step (the paper), or shuffled minibatches on per-pass targets."""
-        minibatches = self._minibatch_indices(batch)
+        """
+        One pass over ``batch``: one gradient step (the paper), or shuffled minibatches on per-pass targets; then
+        ``n_value_epochs`` passes of value regression alone.
+        """
+        minibatches = self._minibatch_indices(batch, self.batch_size)
         targets = None if minibatches == [None] else self._pass_targets(batch)
-        return self._train_pass(minibatches, lambda indices: self._train_minibatch(batch, indices, targets))
+        stats = self._train_pass(minibatches, lambda indices: self._train_minibatch(batch, indices, targets))
+        value_losses = [self._value_pass(batch) for _ in range(self.n_value_epochs)]
+        if value_losses:
+            stats["value_epochs_loss"] = float(np.mean(value_losses))
+        return stats
+
+    def _value_pass(self, batch: TrainingBatch) -> float:
+        """One pass of ``vf_coef (v_s - V(x_s))^2`` alone over ``batch``; returns its mean value loss."""
+        vs, _ = self._pass_targets(batch)
+        minibatches = self._minibatch_indices(batch, self.value_batch_size)
+        losses = []
+        for indices in minibatches:
+            select = slice(None) if indices is None else indices
+            values = self.policy.predict_values(index_observation(batch.observations, select)).flatten()
+            value_loss = F.mse_loss(values, vs[select])
+            self._clip_gradients_and_step(self.vf_coef * value_loss)
+            losses.append(value_loss.detach())
+        self.value_gradient_steps += len(minibatches)
+        return th.stack(losses).mean().item()
 
     @th.no_grad()
     def _pass_targets(self, batch: TrainingBatch) -> tuple[th.Tensor, th.Tensor]:
@@ -177,6 +218,11 @@ class IMPALA(VTraceActorCritic):
         self._clip_gradients_and_step(loss)
         behaviour_log_prob = batch.behaviour_log_probs.flatten()[select]
         return self._loss_stats(policy_loss, value_loss, entropy_loss, loss, log_prob, behaviour_log_prob)
+
+    def dump_logs(self, iteration: int = 0) -> None:
+        if self.n_value_epochs > 0:
+            self.logger.record("train/value_gradient_steps", self.value_gradient_steps)
+        super().dump_logs(iteration)
 
     def learn(
         self: SelfIMPALA,

@@ -103,14 +103,15 @@ def sample_impact_params(trial: optuna.Trial, n_actions: int, n_envs: int, addit
 
 def sample_impala_params(trial: optuna.Trial, n_actions: int, n_envs: int, additional_args: dict) -> dict[str, Any]:
     """
-    IMPALA: unroll length, passes over each batch and their minibatch size, V-trace clips, advantage
-    normalisation and the shared actor-critic space.
+    IMPALA: unroll length, passes over each batch and their minibatch size, value-only passes, V-trace clips,
+    advantage normalisation and the shared actor-critic space.
     """
     params = _sample_actor_critic(trial, n_actions, (3, 9))
     params.update(
         n_epochs=trial.suggest_categorical("n_epochs", [1, 2, 4, 8]),
         # None: one gradient step on the whole batch per pass (the paper's).
         batch_size=trial.suggest_categorical("batch_size", [None, 32, 64, 128, 256, 512]),
+        n_value_epochs=trial.suggest_categorical("n_value_epochs", [0, 1, 4, 10]),
         vtrace_clip_rho_threshold=trial.suggest_categorical("vtrace_clip_rho_threshold", [1.0, 2.0]),
         vtrace_clip_pg_rho_threshold=trial.suggest_categorical("vtrace_clip_pg_rho_threshold", [1.0, 2.0]),
         normalize_advantage=trial.suggest_categorical("normalize_advantage", [True, False]),
