@@ -5,8 +5,9 @@
 set -euo pipefail
 OUT=${OUT:-results/impala_600s}
 export OMP_NUM_THREADS=1
-# --steps 5000000 lets the time budget end both runs (IMPALA's yml stops at 1M steps, about 160 s); neither
-# entry has a schedule that the step budget would stretch.
+# --steps 5000000 lets the time budget end both runs (the ymls stop at 1M steps); neither entry has a schedule
+# that the step budget would stretch. docs/results.md's table has PPO's rows of 2026-11-24 and IMPALA's of
+# 2026-11-25 (its entry with value passes), from this line on the same machine kind and software.
 python -m benchmarks run --algos ppo impala --env HalfCheetah-v5 --seeds 3 --max-seconds 600 --steps 5000000 \
     --eval-seconds 60 --eval-episodes 5 --jobs 1 --out "$OUT/HalfCheetah-v5"
 
@@ -26,3 +27,11 @@ python -m benchmarks run --algos impala \
     "impala[n_steps=64,learning_rate=2e-4]" \
     --env HalfCheetah-v5 --seeds 1 --steps 5000000 --max-seconds 150 --eval-seconds 75 --eval-episodes 5 --jobs 1 \
     --out "$OUT/search"
+
+# Value passes and collectors (step-based, 600k steps, 3 seeds, two runs at a time). Written for today's yml
+# (four value passes, sync collector); the files in docs/benchmarks/impala_600s/value_passes/ ran at commit 49cf3eb,
+# where the same four variants were named impala, impala[collector=sync], impala[n_value_epochs=4] and
+# impala[n_value_epochs=4,collector=sync].
+python -m benchmarks run --algos "impala[n_value_epochs=0,collector=process]" "impala[n_value_epochs=0]" \
+    "impala[collector=process]" impala --env HalfCheetah-v5 --seeds 3 --steps 600000 --eval-freq 50000 \
+    --eval-episodes 5 --jobs 2 --torch-threads 1 --order interleaved --out "$OUT/value_passes"
