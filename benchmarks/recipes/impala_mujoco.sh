@@ -35,3 +35,7 @@ python -m benchmarks run --algos impala \
 python -m benchmarks run --algos "impala[n_value_epochs=0,collector=process]" "impala[n_value_epochs=0]" \
     "impala[collector=process]" impala --env HalfCheetah-v5 --seeds 3 --steps 600000 --eval-freq 50000 \
     --eval-episodes 5 --jobs 2 --torch-threads 1 --order interleaved --out "$OUT/value_passes"
+
+# The yml's Hopper-v5 and Walker2d-v5 entries (HalfCheetah's) at 1M steps, step-based, one run at a time.
+python -m benchmarks run --algos impala --env Hopper-v5 Walker2d-v5 --seeds 3 --steps 1000000 --eval-freq 50000 \
+    --eval-episodes 5 --jobs 1 --torch-threads 1 --out "$OUT/impala_1m"
