@@ -289,20 +289,7 @@ def test_impala_value_passes_fit_the_critic_alone():
     the V-trace targets v_s with the current networks, then each shuffled minibatch (SB3's env-major order) takes
     one step on vf_coef (v_s - V(x_s))^2 alone. The actor is left as the paper's step left it.
     """
-    import copy
-
-    env = make_vec_env("CartPole-v1", n_envs=2, seed=0, env_kwargs=dict(max_episode_steps=10))
-    model = IMPALA(
-        "MlpPolicy", env, collector="sync", n_value_epochs=2, value_batch_size=8, normalize_advantage=True, seed=0, **SMALL
-    )
-    model.learn(64)
-    collector = model._make_collector()
-    batch = TrainingBatch.from_segment(collector.get_segment(), model.device)
-    collector.close()
-    reference = copy.deepcopy(model.policy)
-
-    np.random.seed(5)
-    model._train_step(batch)
+    model, batch, reference = _impala_trained_on_one_segment(n_value_epochs=2, value_batch_size=8)
 
     np.random.seed(5)
     values, log_prob, entropy = reference.evaluate_actions(batch.observations, batch.actions)
@@ -335,24 +322,32 @@ def test_impala_value_passes_fit_the_critic_alone():
             th.testing.assert_close(parameter.detach(), actor[name], rtol=0, atol=0, msg=name)
 
 
+def _impala_trained_on_one_segment(**kwargs):
+    """
+    A seeded IMPALA (sync collector, normalised advantages, ``kwargs``) after 64 steps, one fresh 32-sample batch,
+    and a copy of the policy taken before ``_train_step`` ran on that batch with ``np.random.seed(5)``.
+    """
+    import copy
+
+    env = make_vec_env("CartPole-v1", n_envs=2, seed=0, env_kwargs=dict(max_episode_steps=10))
+    model = IMPALA("MlpPolicy", env, collector="sync", normalize_advantage=True, seed=0, **kwargs, **SMALL)
+    model.learn(64)
+    collector = model._make_collector()
+    batch = TrainingBatch.from_segment(collector.get_segment(), model.device)
+    collector.close()
+    reference = copy.deepcopy(model.policy)
+    np.random.seed(5)
+    model._train_step(batch)
+    return model, batch, reference
+
+
 def test_impala_minibatch_pass_uses_targets_from_the_start_of_the_pass():
     """
     One pass in minibatches, against a reference written out step by step: the V-trace targets of the whole
     batch are computed once with the policy at the start of the pass, then each shuffled minibatch of the
     env-major permutation (SB3's order) takes one step on -rho A log pi + vf_coef (v - V)^2 - ent_coef H.
     """
-    import copy
-
-    env = make_vec_env("CartPole-v1", n_envs=2, seed=0, env_kwargs=dict(max_episode_steps=10))
-    model = IMPALA("MlpPolicy", env, collector="sync", batch_size=8, normalize_advantage=True, ent_coef=0.01, seed=0, **SMALL)
-    model.learn(64)
-    collector = model._make_collector()
-    batch = TrainingBatch.from_segment(collector.get_segment(), model.device)
-    collector.close()
-    reference = copy.deepcopy(model.policy)
-
-    np.random.seed(5)
-    model._train_step(batch)
+    model, batch, reference = _impala_trained_on_one_segment(batch_size=8, ent_coef=0.01)
 
     np.random.seed(5)
     with th.no_grad():
