@@ -7,6 +7,10 @@ Learning summaries (``benchmarks.run``) give one table per env: per algo, the ru
 threshold, steps and wall seconds to it, ratios against the baseline and the final return, each as
 median [min, max] over seeds. Throughput reports (``benchmarks.throughput``) give one table together.
 Every table carries the command that reproduces it, the machine and the date.
+
+With ``--across-envs`` the learning summaries give one table instead, a row per env (as a paper's table of
+games): each algo's return per seed and its median [min, max], and each algo's ratio to the baseline per seed.
+The return is the evaluation at the step budget (``--steps``) where the summary has it, else the final one.
 """
 
 import argparse
@@ -93,6 +97,61 @@ def learning_table(summary: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def score(value: float | None) -> str:
+    """A return as a table shows it: one decimal below 100, none above; ``-`` for a run that has none."""
+    if value is None:
+        return "-"
+    return f"{value:.1f}" if abs(value) < 100 else f"{value:.0f}"
+
+
+def score_range(stats: dict[str, Any]) -> str:
+    """``median [min, max]`` of returns, each written as :func:`score` writes it."""
+    if stats.get("median") is None:
+        return "-"
+    median, low, high = (score(stats[key]) for key in ("median", "min", "max"))
+    return median if stats["n"] == 1 else f"{median} [{low}, {high}]"
+
+
+def across_envs_table(summaries: list[dict[str, Any]]) -> str:
+    """One row per env: every algo's return per seed with its median [min, max], and its ratios to the baseline."""
+    baseline = summaries[0]["baseline"]
+    algos = sorted({algo for summary in summaries for algo in summary["algos"]}, key=lambda a: (a != baseline, a))
+    others = [algo for algo in algos if algo != baseline]
+    at_budget = all("budget_eval_mean" in entry for summary in summaries for entry in summary["algos"].values())
+    values, spread_key, ratios_key = (
+        ("budget_eval_mean", "budget_eval", "budget_return_ratios")
+        if at_budget
+        else ("final_eval_mean", "final_eval", "final_return_ratios")
+    )
+    budgets = sorted({summary.get("steps") for summary in summaries}, key=str)
+    header = ["env", *(f"{algo} (by seed)" for algo in algos), *(f"{algo} median [min, max]" for algo in algos)]
+    header += [f"{algo} / {baseline} (by seed)" for algo in others] + ["seeds"]
+    lines = [
+        f"Return at {'the step budget ' + ', '.join(map(str, budgets)) if at_budget else 'the end of each run'}; "
+        f"ratios vs `{baseline}` paired by seed and machine.",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + " --- |" * len(header),
+    ]
+    for summary in summaries:
+        entries = {algo: summary["algos"].get(algo) for algo in algos}
+        by_seed = [", ".join(map(score, entry[values])) if entry else "-" for entry in entries.values()]
+        medians = [score_range(entry[spread_key]) if entry else "-" for entry in entries.values()]
+        ratios = [
+            ", ".join(f"{ratio:.2f}" for _, ratio in (entries[algo] or {}).get(ratios_key, [])) or "-" for algo in others
+        ]
+        seed_lists = {algo: ", ".join(map(str, entry["seeds"])) for algo, entry in entries.items() if entry}
+        seeds = (
+            next(iter(seed_lists.values()))
+            if len(set(seed_lists.values())) == 1
+            else "; ".join(f"{algo}: {listed}" for algo, listed in seed_lists.items())
+        )
+        lines.append("| " + " | ".join([summary["env"], *by_seed, *medians, *ratios, seeds]) + " |")
+    lines.append("")
+    lines += [f"- {summary['env']}: `{summary['command']}`; {machine_line(summary['machine'])}" for summary in summaries]
+    return "\n".join(lines) + "\n"
+
+
 def throughput_table(reports: list[dict[str, Any]]) -> str:
     lines = [
         "| algo | env | vec env | collector | batch steps | C s | L s | T_async s | T_async / max(C, L) | T_sync s "
@@ -125,9 +184,13 @@ def throughput_table(reports: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render(paths: list[Path]) -> str:
+def render(paths: list[Path], across_envs: bool = False) -> str:
     documents = [json.loads(path.read_text()) for path in paths]
     learning = [doc for doc in documents if "algos" in doc]
+    if across_envs:
+        if not learning:
+            raise ValueError("--across-envs needs learning summaries (the JSON files of benchmarks run)")
+        return across_envs_table(learning)
     throughput = [doc for doc in documents if "T_async_seconds_per_batch" in doc or "C_collect_seconds_per_batch" in doc]
     parts = [learning_table(summary) for summary in learning]
     if throughput:
@@ -139,8 +202,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("json", nargs="+", type=Path)
     parser.add_argument("--out", type=Path, default=None, help="write the markdown here instead of printing it")
+    parser.add_argument("--across-envs", action="store_true", help="one table, a row per env (a paper's table of games)")
     args = parser.parse_args(argv)
-    markdown = render(args.json)
+    markdown = render(args.json, across_envs=args.across_envs)
     if args.out:
         args.out.write_text(markdown)
     else:

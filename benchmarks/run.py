@@ -130,7 +130,10 @@ def write_results(
     """
     threshold = args.threshold if args.threshold is not None else THRESHOLDS.get(env_id)
     write_csv(points, args.out / f"{env_id}.csv")
-    summary = threshold_summary(points, threshold, baseline=baseline, wall_checkpoints=wall_checkpoints(args))
+    step_budget = None if args.max_seconds else args.steps
+    summary = threshold_summary(
+        points, threshold, baseline=baseline, wall_checkpoints=wall_checkpoints(args), step_budget=step_budget
+    )
     algos = sorted({point.algo for point in points}, key=lambda algo: (algo != baseline, algo))
     seeds = sorted({point.seed for point in points})
     summary.update(
@@ -155,6 +158,8 @@ def print_summary(summary: dict) -> None:
     print(f"\n{summary['env']} (threshold {summary['threshold']}, baseline {summary['baseline']}):")
     for algo, entry in summary["algos"].items():
         line = f"  {algo:14s} final {entry['final_eval']['median']}"
+        if "budget_eval" in entry:
+            line += f" | at {summary['steps']} steps {entry['budget_eval']['median']}"
         if "steps_to_threshold" in entry:
             line += f" | steps {entry['steps_to_threshold']} wall {entry['wall_seconds_to_threshold']}"
         if entry.get("steps_ratio_vs_baseline"):

@@ -70,26 +70,41 @@ def spread(values: list[float | None]) -> dict[str, Any]:
     }
 
 
-def return_at(run: list[EvalPoint], attribute: str, budget: float) -> float | None:
-    """The return of the last evaluation at or before ``budget`` (steps or wall seconds); None if the run stopped earlier."""
+def return_at(run: list[EvalPoint], attribute: str, budget: float, overshoot: float = 1.02) -> float | None:
+    """
+    The return of the last evaluation at or before ``budget * overshoot`` (steps or wall seconds); None if the
+    run stopped earlier. Wall-time checkpoints allow 2% over the budget (an evaluation lands a little late);
+    a step budget allows none (``overshoot=1``), so a last rollout past it is not what is compared.
+    """
     if not run or getattr(run[-1], attribute) < budget * 0.98:  # the last point may land a little short of the budget
         return None
-    before = [p.eval_mean for p in run if getattr(p, attribute) <= budget * 1.02]
+    before = [p.eval_mean for p in run if getattr(p, attribute) <= budget * overshoot]
     return before[-1] if before else None
 
 
 def threshold_summary(
-    points: list[EvalPoint], threshold: float | None, baseline: str, wall_checkpoints: tuple[float, ...] = ()
+    points: list[EvalPoint],
+    threshold: float | None,
+    baseline: str,
+    wall_checkpoints: tuple[float, ...] = (),
+    step_budget: int | None = None,
 ) -> dict[str, Any]:
     """
     Per algo: steps and wall seconds to ``threshold`` per seed, final and best returns, each with its median
     and min/max over seeds; ratios against ``baseline`` paired by seed *and machine* (runs from different
     machines are never compared). Without a threshold only the returns and the final-return ratio are given.
+    With ``step_budget``, also the return of the last evaluation at or before it (``budget_eval_mean``) and its
+    paired ratio: algorithms whose rollouts overshoot the budget are compared at the budget, not after it.
     """
     by_run: dict[tuple[str, int, str], list[EvalPoint]] = {}
     for point in points:
         by_run.setdefault((point.algo, point.seed, point.machine), []).append(point)
     reached = {key: first_reaching(run, threshold) if threshold is not None else None for key, run in by_run.items()}
+    at_budget = {
+        key: return_at([p for p in run if p.status == "ok" and p.steps > 0], "steps", step_budget, overshoot=1.0)
+        for key, run in by_run.items()
+        if step_budget
+    }
     summary: dict[str, Any] = {"threshold": threshold, "baseline": baseline, "algos": {}}
     summary["machines"] = sorted({machine for _, _, machine in by_run})
     for algo in sorted({algo for algo, _, _ in by_run}):
@@ -105,6 +120,9 @@ def threshold_summary(
         }
         entry["final_eval"] = spread(entry["final_eval_mean"])
         entry["steps_done"] = spread(entry["final_steps"])
+        if step_budget:
+            entry["budget_eval_mean"] = [at_budget[key] for key in runs]
+            entry["budget_eval"] = spread(entry["budget_eval_mean"])
         entry["return_at_seconds"] = {
             f"{seconds:g}": spread([return_at(run, "wall_seconds", seconds) for run in evaluated])
             for seconds in wall_checkpoints
@@ -119,7 +137,7 @@ def threshold_summary(
             entry["median_steps"] = entry["steps"]["median"]
             entry["median_wall_seconds"] = entry["wall_seconds"]["median"]
         if algo != baseline:
-            step_ratios, wall_ratios, final_ratios = [], [], []
+            step_ratios, wall_ratios, final_ratios, budget_ratios = [], [], [], []
             for _, seed, machine in runs:
                 base_run = by_run.get((baseline, seed, machine))
                 if base_run is None:
@@ -130,10 +148,18 @@ def threshold_summary(
                     wall_ratios.append(ours.wall_seconds / base.wall_seconds)
                 ours_final, base_final = by_run[(algo, seed, machine)][-1], base_run[-1]
                 if ours_final.status == base_final.status == "ok" and base_final.eval_mean != 0:
-                    final_ratios.append(ours_final.eval_mean / base_final.eval_mean)
+                    final_ratios.append((seed, ours_final.eval_mean / base_final.eval_mean))
+                ours_at, base_at = at_budget.get((algo, seed, machine)), at_budget.get((baseline, seed, machine))
+                if ours_at is not None and base_at:
+                    budget_ratios.append((seed, ours_at / base_at))
             if threshold is not None:
                 entry["steps_ratio_vs_baseline"] = spread(step_ratios)
                 entry["wall_ratio_vs_baseline"] = spread(wall_ratios)
-            entry["final_return_ratio_vs_baseline"] = spread(final_ratios)
+            # The paired ratios per seed as [seed, ratio] (the report's per-seed column), then their spread.
+            entry["final_return_ratios"] = [list(pair) for pair in final_ratios]
+            entry["final_return_ratio_vs_baseline"] = spread([ratio for _, ratio in final_ratios])
+            if step_budget:
+                entry["budget_return_ratios"] = [list(pair) for pair in budget_ratios]
+                entry["budget_return_ratio_vs_baseline"] = spread([ratio for _, ratio in budget_ratios])
         summary["algos"][algo] = entry
     return summary

@@ -166,6 +166,35 @@ def test_report_renders_learning_and_throughput_tables(tmp_path):
     assert "| impact | Env-v0 | dummy | thread | 256 | 0.1000 | 0.2000 | 0.2500 | 1.25 | - |" in markdown
 
 
+def test_a_step_budget_compares_at_the_budget_and_the_report_gives_a_row_per_env(tmp_path):
+    from benchmarks.report import render
+
+    # The baseline's rollouts overshoot the 2000-step budget (a last evaluation at 2048); seed 1 of the candidate
+    # stopped short of it (a crashed run has no return at the budget, and no ratio).
+    points = curve("ppo", 0, [(0, 0), (1000, 10), (2000, 20), (2048, 40)], 1e-3)
+    points += curve("ppo", 1, [(0, 0), (2000, 50), (2048, 5)], 1e-3)
+    points += curve("ptr_ppo", 0, [(0, 0), (1000, 30), (2000, 60)], 1e-3)
+    points += curve("ptr_ppo", 1, [(0, 0), (1000, 70)], 1e-3)
+    summary = threshold_summary(points, threshold=None, baseline="ppo", step_budget=2000)
+    ppo, ptr = summary["algos"]["ppo"], summary["algos"]["ptr_ppo"]
+    assert ppo["budget_eval_mean"] == [20, 50] and ppo["final_eval_mean"] == [40, 5]
+    assert ptr["budget_eval_mean"] == [60, None] and ptr["budget_eval"]["n"] == 1
+    assert ptr["budget_return_ratios"] == [[0, 3.0]] and ptr["budget_return_ratio_vs_baseline"]["median"] == 3.0
+    assert ptr["final_return_ratios"] == [[0, 1.5], [1, 14.0]]
+    assert "budget_eval_mean" not in threshold_summary(points, threshold=None, baseline="ppo")["algos"]["ppo"]
+    for env, found in (("Game-v0", summary), ("Other-v0", threshold_summary(points[:7], None, "ppo", step_budget=2000))):
+        found.update(env=env, steps=2000, command=f"python -m benchmarks run --env {env}")
+        found.update(machine={"name": "box", "date": "2026-11-25"})
+        write_json(found, tmp_path / f"{env}.json")
+    markdown = render([tmp_path / "Game-v0.json", tmp_path / "Other-v0.json"], across_envs=True)
+    assert "Return at the step budget 2000;" in markdown
+    assert "| Game-v0 | 20.0, 50.0 | 60.0, - | 35.0 [20.0, 50.0] | 60.0 | 3.00 | 0, 1 |" in markdown
+    assert "| Other-v0 | 20.0, 50.0 | - | 35.0 [20.0, 50.0] | - | - | 0, 1 |" in markdown  # no candidate ran there
+    assert "- Game-v0: `python -m benchmarks run --env Game-v0`; box" in markdown
+    with pytest.raises(ValueError, match="learning summaries"):
+        render([], across_envs=True)
+
+
 def test_interquartile_mean_and_its_bootstrap_interval_against_a_direct_computation():
     from benchmarks.summary import interquartile_mean, iqm_confidence_interval, spread
 

@@ -40,6 +40,8 @@ python -m benchmarks run --algos ptr_ppo ppo --env UpNDownNoFrameskip-v4 $T2 --o
 python -m benchmarks run --algos ptr_ppo ppo --env BowlingNoFrameskip-v4 $T2 --out "$OUT/table2"
 python -m benchmarks run --algos ptr_ppo ppo --env NameThisGameNoFrameskip-v4 $T2 --out "$OUT/table2"
 python -m benchmarks run --algos ptr_ppo ppo --env BreakoutNoFrameskip-v4 $T2 --out "$OUT/table2"
+# The table of games (docs/results.md): each game's evaluation at 160000 steps, per seed and median, and the ratios.
+python -m benchmarks report --across-envs "$OUT"/table2/*.json
 
 # The trajectory priorities on one game (3 seeds each; max is the default): mean and reward against max.
 python -m benchmarks run --algos "ptr_ppo[priority=max]" "ptr_ppo[priority=mean]" "ptr_ppo[priority=reward]" \
