@@ -65,6 +65,7 @@ def learning_table(summary: dict[str, Any]) -> str:
         lines.append(f"Hyperparameters: {sources}.")
     lines.append("")
     checkpoints = list(next(iter(summary["algos"].values()), {}).get("return_at_seconds", {}))
+    at_budget = all("budget_eval" in entry for entry in summary["algos"].values()) and threshold is None
     if threshold is not None:
         lines += [
             "| algo | reached | steps to threshold | wall s to threshold | steps ratio | wall ratio | final return |",
@@ -72,10 +73,15 @@ def learning_table(summary: dict[str, Any]) -> str:
         ]
     else:
         at = [f"return at {seconds} s" for seconds in checkpoints]
-        header = ["algo", "seeds", *at, "final steps", "final return", "final return IQM", "final-return ratio"]
+        compared = "final return" if not at_budget else f"return at {summary['steps']} steps"
+        header = ["algo", "seeds", *at, "final steps", compared, f"{compared} IQM", f"{compared}: ratio"]
         lines += ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    # With a step budget, the evaluation at the budget is the one compared (not one after an overshooting rollout).
+    returns, ratios = (
+        ("budget_eval", "budget_return_ratio_vs_baseline") if at_budget else ("final_eval", "final_return_ratio_vs_baseline")
+    )
     for algo, entry in sorted(summary["algos"].items(), key=lambda item: (item[0] != baseline, item[0])):
-        final = median_range(entry["final_eval"], 1)
+        final = median_range(entry[returns], 1)
         if entry.get("failed"):
             final += f" ({len(entry['failed'])} failed)"
         if threshold is not None:
@@ -91,8 +97,8 @@ def learning_table(summary: dict[str, Any]) -> str:
         else:
             at = [median_range(entry["return_at_seconds"][seconds]) for seconds in checkpoints]
             steps = median_range(entry.get("steps_done"))
-            ratio = median_range(entry.get("final_return_ratio_vs_baseline"), 2)
-            row = [algo, str(len(entry["seeds"])), *at, steps, final, iqm_interval(entry["final_eval"]), ratio]
+            ratio = median_range(entry.get(ratios), 2)
+            row = [algo, str(len(entry["seeds"])), *at, steps, final, iqm_interval(entry[returns]), ratio]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
 

@@ -191,6 +191,11 @@ def test_a_step_budget_compares_at_the_budget_and_the_report_gives_a_row_per_env
     assert "| Game-v0 | 20.0, 50.0 | 60.0, - | 35.0 [20.0, 50.0] | 60.0 | 3.00 | 0, 1 |" in markdown
     assert "| Other-v0 | 20.0, 50.0 | - | 35.0 [20.0, 50.0] | - | - | 0, 1 |" in markdown  # no candidate ran there
     assert "- Game-v0: `python -m benchmarks run --env Game-v0`; box" in markdown
+    one_env = render([tmp_path / "Game-v0.json"])  # the per-env table compares at the budget too
+    assert (
+        "| final steps | return at 2000 steps |" in one_env
+        and "| ppo | 2 | 2048 [2048, 2048] | 35.0 [20.0, 50.0] |" in one_env
+    )
     with pytest.raises(ValueError, match="learning summaries"):
         render([], across_envs=True)
 
