@@ -11,12 +11,18 @@ Every table carries the command that reproduces it, the machine and the date.
 With ``--across-envs`` the learning summaries give one table instead, a row per env (as a paper's table of
 games): each algo's return per seed and its median [min, max], and each algo's ratio to the baseline per seed.
 The return is the evaluation at the step budget (``--steps``) where the summary has it, else the final one.
+
+With ``--evaluations`` each learning summary gives every run's evaluations instead, read from the ``ENV.csv``
+beside its JSON: a row per algo and seed, a column per evaluation step (up to the step budget, when there is one)
+and the run's training wall time there.
 """
 
 import argparse
 import json
 from pathlib import Path
 from typing import Any
+
+from benchmarks.output import EvalPoint, read_csv
 
 
 def median_range(stats: dict[str, Any] | None, digits: int = 0) -> str:
@@ -158,6 +164,33 @@ def across_envs_table(summaries: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def evaluations_table(summary: dict[str, Any], points: list[EvalPoint]) -> str:
+    """Every run's evaluations (mean over the evaluation episodes) at each evaluation step, a row per algo and seed,
+    with the training wall time (evaluation excluded) at the last step shown. Failed runs' points are left out."""
+    budget, baseline = summary.get("steps"), summary["baseline"]
+    kept = [point for point in points if point.status == "ok" and point.steps > 0]
+    kept = [point for point in kept if budget is None or point.steps <= budget]
+    steps = sorted({point.steps for point in kept})
+    runs: dict[tuple[str, int], dict[int, EvalPoint]] = {}
+    for point in kept:
+        runs.setdefault((point.algo, point.seed), {})[point.steps] = point
+    header = ["run", *(f"{step // 1000}k" if step % 1000 == 0 else str(step) for step in steps), "training time"]
+    lines = [
+        f"#### {summary['env']}: every evaluation",
+        "",
+        f"Mean return of {summary.get('eval_episodes', '?')} deterministic evaluation episodes at each step; "
+        "training time: wall time to the last step shown, evaluation excluded.",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + " --- |" * len(header),
+    ]
+    for (algo, seed), found in sorted(runs.items(), key=lambda item: (item[0][0] != baseline, item[0])):
+        last = found[max(found)]
+        cells = [score(found[step].eval_mean) if step in found else "-" for step in steps]
+        lines.append("| " + " | ".join([f"{algo}, seed {seed}", *cells, f"{last.wall_seconds / 60:.1f} min"]) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def throughput_table(reports: list[dict[str, Any]]) -> str:
     lines = [
         "| algo | env | vec env | collector | batch steps | C s | L s | T_async s | T_async / max(C, L) | T_sync s "
@@ -190,13 +223,20 @@ def throughput_table(reports: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render(paths: list[Path], across_envs: bool = False) -> str:
+def render(paths: list[Path], across_envs: bool = False, evaluations: bool = False) -> str:
     documents = [json.loads(path.read_text()) for path in paths]
     learning = [doc for doc in documents if "algos" in doc]
+    if (across_envs or evaluations) and not learning:
+        option = "--across-envs" if across_envs else "--evaluations"
+        raise ValueError(f"{option} needs learning summaries (the JSON files of benchmarks run)")
     if across_envs:
-        if not learning:
-            raise ValueError("--across-envs needs learning summaries (the JSON files of benchmarks run)")
         return across_envs_table(learning)
+    if evaluations:
+        return "\n".join(
+            evaluations_table(doc, read_csv(path.with_suffix(".csv")))
+            for path, doc in zip(paths, documents, strict=True)
+            if "algos" in doc
+        )
     throughput = [doc for doc in documents if "T_async_seconds_per_batch" in doc or "C_collect_seconds_per_batch" in doc]
     parts = [learning_table(summary) for summary in learning]
     if throughput:
@@ -209,8 +249,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("json", nargs="+", type=Path)
     parser.add_argument("--out", type=Path, default=None, help="write the markdown here instead of printing it")
     parser.add_argument("--across-envs", action="store_true", help="one table, a row per env (a paper's table of games)")
+    parser.add_argument(
+        "--evaluations", action="store_true", help="every run's evaluations, from the ENV.csv beside each JSON"
+    )
     args = parser.parse_args(argv)
-    markdown = render(args.json, across_envs=args.across_envs)
+    if args.across_envs and args.evaluations:
+        parser.error("--across-envs and --evaluations give different tables: choose one")
+    markdown = render(args.json, across_envs=args.across_envs, evaluations=args.evaluations)
     if args.out:
         args.out.write_text(markdown)
     else:

@@ -200,6 +200,33 @@ def test_a_step_budget_compares_at_the_budget_and_the_report_gives_a_row_per_env
         render([], across_envs=True)
 
 
+def test_the_report_lists_every_evaluation_of_every_run_up_to_the_budget(tmp_path):
+    from benchmarks.report import main, render
+
+    # ppo overshoots the 2000-step budget (its 2048 point is not shown); ptr_ppo seed 1 missed its 2000 evaluation;
+    # a failed run's point is left out.
+    points = curve("ppo", 0, [(0, 0), (1000, 10), (2000, 250), (2048, 40)], 0.06)
+    points += curve("ptr_ppo", 0, [(0, 0), (1000, 30.5), (2000, 600)], 0.03)
+    points += curve("ptr_ppo", 1, [(0, 0), (1000, 70)], 0.03)
+    points.append(EvalPoint("ptr_ppo", "Env-v0", 2, 0, 0.0, float("nan"), float("nan"), status="failed", error="x"))
+    summary = threshold_summary(points, threshold=None, baseline="ppo", step_budget=2000)
+    summary.update(env="Env-v0", steps=2000, eval_episodes=5, command="python -m benchmarks run", machine={"date": "d"})
+    write_json(summary, tmp_path / "Env-v0.json")
+    write_csv(points, tmp_path / "Env-v0.csv")
+    markdown = render([tmp_path / "Env-v0.json"], evaluations=True)
+    assert "| run | 1k | 2k | training time |" in markdown and "Mean return of 5 deterministic" in markdown
+    rows = [line for line in markdown.splitlines() if line.startswith("| p")]
+    assert rows == [
+        "| ppo, seed 0 | 10.0 | 250 | 2.0 min |",  # wall time at the budget: 2000 steps x 0.06 s
+        "| ptr_ppo, seed 0 | 30.5 | 600 | 1.0 min |",
+        "| ptr_ppo, seed 1 | 70.0 | - | 0.5 min |",
+    ]
+    with pytest.raises(ValueError, match="--evaluations needs learning summaries"):
+        render([], evaluations=True)
+    with pytest.raises(SystemExit):
+        main([str(tmp_path / "Env-v0.json"), "--evaluations", "--across-envs"])
+
+
 def test_interquartile_mean_and_its_bootstrap_interval_against_a_direct_computation():
     from benchmarks.summary import interquartile_mean, iqm_confidence_interval, spread
 

@@ -42,6 +42,8 @@ python -m benchmarks run --algos ptr_ppo ppo --env NameThisGameNoFrameskip-v4 $T
 python -m benchmarks run --algos ptr_ppo ppo --env BreakoutNoFrameskip-v4 $T2 --out "$OUT/table2"
 # The table of games (docs/results.md): each game's evaluation at 160000 steps, per seed and median, and the ratios.
 python -m benchmarks report --across-envs "$OUT"/table2/*.json
+# Every evaluation of every run (the per-game curves' tables).
+python -m benchmarks report --evaluations "$OUT"/table2/*.json
 
 # The trajectory priorities on one game (3 seeds each): mean and reward against max (the yml's priority) and PPO.
 # The docs' ppo and ptr_ppo (max) rows are the Qbert line's runs above, so a sitting runs only the two variants
