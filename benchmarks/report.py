@@ -180,6 +180,7 @@ def evaluations_table(summary: dict[str, Any], points: list[EvalPoint]) -> str:
         "",
         f"Mean return of {summary.get('eval_episodes', '?')} deterministic evaluation episodes at each step; "
         "training time: wall time to the last step shown, evaluation excluded.",
+        f"`{summary['command']}`; {machine_line(summary['machine'])}",
         "",
         "| " + " | ".join(header) + " |",
         "|" + " --- |" * len(header),
