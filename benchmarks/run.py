@@ -27,6 +27,7 @@ With ``--record NAME``, each run of the algorithm NAME is for also records model
 (``benchmarks/recorders.py``: ReF-ER's far-policy fraction and KL, PPO-AMBER's active batches, PTR-PPO's
 priorities) into ``OUT/records/ENV/NAME/`` and ``ENV_NAME.png``. Variants compare settings side by side, e.g.
 ``--algos "vracer[refer_rules=[1,2]]" "vracer[refer_rules=[]]" --record refer`` (the ReF-ER ablation).
+Runs made side by side into separate ``--out`` folders are put into one table with ``--merge DIR ...``.
 A failed run is recorded as failed (with its error) and the others continue. Ctrl-C stops the runs
 in progress (their worker processes and everything they started) and keeps the ones that finished.
 """
@@ -84,6 +85,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--append", action="store_true", help="keep the runs already in --out/ENV.csv (same machine)")
     parser.add_argument("--summarize", action="store_true",
                         help="run nothing: rewrite ENV.json and ENV.png from the rows in --out/ENV.csv")  # fmt: skip
+    parser.add_argument("--merge", nargs="+", type=Path, default=[], metavar="DIR",
+                        help="run nothing: add the runs in DIR/ENV.csv (side-by-side invocations' --out) to "
+                        "--out/ENV.csv, then rewrite ENV.json and ENV.png as --summarize does")  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("results"))
     return parser.parse_args(argv)
 
@@ -223,6 +227,56 @@ def kept_points(args: argparse.Namespace, specs: list[RunSpec]) -> tuple[dict[st
     return kept, machines
 
 
+def merged_points(args: argparse.Namespace, env: str) -> tuple[list[EvalPoint], dict | None]:
+    """
+    ``--merge``: the runs of ``--out``'s ENV.csv, then of each ``--merge`` folder's, one run per (algo, seed):
+    a later folder's run replaces an earlier one unless it failed where the earlier one finished. Returns the rows
+    and the machine the JSON will record (each folder's JSON ``machine`` as a sitting; differences are warned about,
+    as with ``--append``).
+    """
+    runs: dict[tuple[str, int], list[EvalPoint]] = {}
+    machine: dict | None = None
+    for folder in [args.out, *args.merge]:
+        csv_path = folder / f"{env}.csv"
+        if not csv_path.is_file():
+            if folder == args.out:
+                continue
+            raise ValueError(f"--merge: {csv_path} does not exist")
+        folder_runs: dict[tuple[str, int], list[EvalPoint]] = {}
+        for point in read_csv(csv_path):
+            folder_runs.setdefault((point.algo, point.seed), []).append(point)
+        for key, points in folder_runs.items():
+            failed = any(point.status == "failed" for point in points)
+            earlier_finished = key in runs and not any(point.status == "failed" for point in runs[key])
+            if not (failed and earlier_finished):
+                runs[key] = points
+        json_path = folder / f"{env}.json"
+        if json_path.is_file() and (folder_machine := json.loads(json_path.read_text()).get("machine")):
+            differences = machine_differences(machine, folder_machine)
+            if differences:
+                print(f"warning: --merge {folder} into {env}'s table: another machine or software "
+                      f"({'; '.join(differences)}): say so under the table", file=sys.stderr)  # fmt: skip
+            machine = merge_sittings(machine, folder_machine)
+    return [point for points in runs.values() for point in points], machine
+
+
+def rewrite_tables(args: argparse.Namespace, baseline: str) -> None:
+    """``--summarize`` and ``--merge``: run nothing, rewrite each env's CSV, JSON and PNG from the rows there are."""
+    tables: dict[str, tuple[list[EvalPoint], dict | None]] = {}
+    for env in args.envs:
+        if args.merge:
+            try:
+                tables[env] = merged_points(args, env)
+            except ValueError as error:
+                raise SystemExit(f"error: {error}") from None
+        else:  # the runs' machine, not this one: the JSON written when they ran describes it
+            previous = args.out / f"{env}.json"
+            machine = json.loads(previous.read_text()).get("machine") if previous.exists() else None
+            tables[env] = (read_csv(args.out / f"{env}.csv"), machine)
+    for env, (points, machine) in tables.items():
+        print_summary(write_results(args, env, points, baseline, machine))
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     try:
@@ -235,12 +289,8 @@ def main(argv: list[str] | None = None) -> None:
     baseline = args.baseline or ("ppo" if "ppo" in args.algos else args.algos[0])
     if args.torch_threads:
         th.set_num_threads(args.torch_threads)
-    if args.summarize:
-        for env in args.envs:
-            # The runs' machine, not this one: the JSON written when they ran describes it.
-            previous = args.out / f"{env}.json"
-            machine = json.loads(previous.read_text()).get("machine") if previous.exists() else None
-            print_summary(write_results(args, env, read_csv(args.out / f"{env}.csv"), baseline, machine))
+    if args.merge or args.summarize:
+        rewrite_tables(args, baseline)
         return
     specs = run_specs(args)
 

@@ -464,6 +464,46 @@ def test_a_table_spanning_sittings_keeps_each_machine(tmp_path, capsys):
     ]
 
 
+def test_merge_puts_side_by_side_invocations_into_one_table(tmp_path, capsys):
+    from benchmarks.output import machine_description
+
+    current = machine_description()
+    older = {**current, "name": "Other CPU x2"}
+
+    def table(folder: str, rows: list[tuple[str, int, float, str]], machine: dict) -> Path:
+        points = [
+            EvalPoint(algo, "CartPole-v1", seed, 1000, 1.0, value, 0.0, status=status) for algo, seed, value, status in rows
+        ]
+        write_csv(points, tmp_path / folder / "CartPole-v1.csv")
+        write_json({"machine": machine}, tmp_path / folder / "CartPole-v1.json")
+        return tmp_path / folder
+
+    out = table("out", [("ppo", 0, 10.0, "ok"), ("impact", 0, 20.0, "ok"), ("impact", 1, 5.0, "ok")], current)
+    # a rerun of impact seed 1 that finished, a run killed before it finished, one that failed where out finished
+    side_a = table("a", [("impact", 1, 30.0, "ok"), ("ppo", 1, math.nan, "failed")], current)
+    side_b = table("b", [("ppo", 1, 12.0, "ok"), ("impact", 0, math.nan, "failed")], current)
+    argv = ["--algos", "ppo", "impact", "--env", "CartPole-v1", "--seeds", "2", "--steps", "1000", "--out", str(out)]
+    run_module.main([*argv, "--merge", str(side_a), str(side_b)])
+    rows = {(point.algo, point.seed): (point.eval_mean, point.status) for point in read_csv(out / "CartPole-v1.csv")}
+    assert rows == {
+        ("ppo", 0): (10.0, "ok"),
+        ("impact", 0): (20.0, "ok"),
+        ("impact", 1): (30.0, "ok"),
+        ("ppo", 1): (12.0, "ok"),
+    }
+    summary = json.loads((out / "CartPole-v1.json").read_text())
+    assert summary["seeds"] == [0, 1] and summary["machine"] == current and "warning" not in capsys.readouterr().err
+    assert summary["algos"]["impact"]["final_eval"]["median"] == 25.0 and (out / "CartPole-v1.png").is_file()
+
+    # Another machine's folder is warned about and kept as an earlier sitting; a missing folder stops it.
+    other = table("c", [("ppo", 2, 14.0, "ok")], older)
+    run_module.main([*argv, "--merge", str(other)])
+    assert "warning: --merge" in capsys.readouterr().err
+    assert json.loads((out / "CartPole-v1.json").read_text())["machine"]["earlier_sittings"] == [current]
+    with pytest.raises(SystemExit, match="does not exist"):
+        run_module.main([*argv, "--merge", str(tmp_path / "missing")])
+
+
 def test_algo_variants_replace_yml_entries_and_reject_bad_items():
     from benchmarks.config import algo_class, hyperparams_source, load_zoo_hyperparams, split_variant, validate_names
 

@@ -32,7 +32,8 @@ python -m benchmarks run --algos "impact[collector=process]" --env BreakoutNoFra
 # max) against SB3 PPO (rl-zoo3's atari yml) at the paper's 160k environment steps, 3 seeds, 10 deterministic full
 # games (all lives, unclipped) every 20k steps. Two runs at a time, one core and one torch thread each (step-based):
 # about 45 minutes per PTR-PPO run and 17-20 per PPO run. One line per game; a sitting may run some seeds and add
-# the others with --first-seed N --seeds K --append on the same machine kind and software.
+# the others with --first-seed N --seeds K --append on the same machine kind and software. Invocations run side by
+# side write separate --out folders (one writer per CSV); the line with --merge FOLDER ... then makes the one table.
 T2="--seeds 3 --steps 160000 --eval-freq 20000 --eval-episodes 10 --jobs 2 --torch-threads 1 --order interleaved"
 python -m benchmarks run --algos ptr_ppo ppo --env AtlantisNoFrameskip-v4 $T2 --out "$OUT/table2"
 python -m benchmarks run --algos ptr_ppo ppo --env QbertNoFrameskip-v4 $T2 --out "$OUT/table2"
@@ -49,6 +50,7 @@ python -m benchmarks report --evaluations "$OUT"/table2/*.json
 
 # The trajectory priorities on one game (3 seeds each): mean and reward against max (the yml's priority) and PPO.
 # The docs' ppo and ptr_ppo (max) rows are the Qbert line's runs above, so a sitting runs only the two variants
-# (--algos "ptr_ppo[priority=mean]" "ptr_ppo[priority=reward]") and adds the Qbert line's rows to their CSV.
+# (--algos "ptr_ppo[priority=mean]" "ptr_ppo[priority=reward]", each into its own --out) and makes the table from
+# the Qbert line's CSV/JSON copied into "$OUT/priorities" with this line plus --merge VARIANT_FOLDER ...
 python -m benchmarks run --algos ppo ptr_ppo "ptr_ppo[priority=mean]" "ptr_ppo[priority=reward]" \
     --env QbertNoFrameskip-v4 $T2 --out "$OUT/priorities"
