@@ -41,6 +41,7 @@ python -m benchmarks run --algos ptr_ppo ppo --env UpNDownNoFrameskip-v4 $T2 --o
 # Bowling's evaluations can cost more than its training: a deterministic policy that never releases the ball plays
 # each test game to ALE's 108000-frame cap (27000 steps), so SB3 PPO's seed 0 took 42 minutes, 30 of them evaluating.
 python -m benchmarks run --algos ptr_ppo ppo --env BowlingNoFrameskip-v4 $T2 --out "$OUT/table2"
+# NameThisGame's test games are long too: SB3 PPO's seed 0 took 37 minutes, 13.8 of them training.
 python -m benchmarks run --algos ptr_ppo ppo --env NameThisGameNoFrameskip-v4 $T2 --out "$OUT/table2"
 python -m benchmarks run --algos ptr_ppo ppo --env BreakoutNoFrameskip-v4 $T2 --out "$OUT/table2"
 # The table of games (docs/results.md): each game's evaluation at 160000 steps, per seed and median, and the ratios.
