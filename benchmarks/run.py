@@ -197,6 +197,16 @@ def run_specs(args: argparse.Namespace) -> list[RunSpec]:
     return [RunSpec(algo, env, seed, args.steps, subproc=algo in args.subproc, **options) for env, seed, algo in keys]
 
 
+def joined_sittings(previous: dict | None, current: dict, action: str) -> dict:
+    """The ``machine`` of a table whose runs from ``previous`` are joined by runs from ``current``
+    (:func:`merge_sittings`), with a warning naming ``action`` where their machine or software differ."""
+    differences = machine_differences(previous, current)
+    if differences:
+        print(f"warning: {action} from another machine or software ({'; '.join(differences)}): say so under the table,"
+              " or start a new one", file=sys.stderr)  # fmt: skip
+    return merge_sittings(previous, current)
+
+
 def kept_points(args: argparse.Namespace, specs: list[RunSpec]) -> tuple[dict[str, list[EvalPoint]], dict[str, dict]]:
     """
     With ``--append``: per env, the rows already in ENV.csv, less the runs about to be redone, and the ``machine``
@@ -219,11 +229,7 @@ def kept_points(args: argparse.Namespace, specs: list[RunSpec]) -> tuple[dict[st
             names = sorted({point.machine for point in kept[env]})
             previous = {"name": names[-1], "earlier_sittings": [{"name": name} for name in names[:-1]]}
         current = this_machine(args)
-        differences = machine_differences(previous, current)
-        if differences:
-            print(f"warning: --append to {env}'s table from another machine or software ({'; '.join(differences)}):"
-                  " say so under the table, or start a new one", file=sys.stderr)  # fmt: skip
-        machines[env] = merge_sittings(previous, current)
+        machines[env] = joined_sittings(previous, current, f"--append to {env}'s table")
     return kept, machines
 
 
@@ -252,11 +258,7 @@ def merged_points(args: argparse.Namespace, env: str) -> tuple[list[EvalPoint], 
                 runs[key] = points
         json_path = folder / f"{env}.json"
         if json_path.is_file() and (folder_machine := json.loads(json_path.read_text()).get("machine")):
-            differences = machine_differences(machine, folder_machine)
-            if differences:
-                print(f"warning: --merge {folder} into {env}'s table: another machine or software "
-                      f"({'; '.join(differences)}): say so under the table", file=sys.stderr)  # fmt: skip
-            machine = merge_sittings(machine, folder_machine)
+            machine = joined_sittings(machine, folder_machine, f"--merge {folder} into {env}'s table")
     return [point for points in runs.values() for point in points], machine
 
 
