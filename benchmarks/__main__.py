@@ -17,6 +17,7 @@ SUBCOMMANDS = {
     "run": "learning curves of any algorithms and variants against a baseline (rl-zoo3 yml), with recorders",
     "throughput": "collection, learning and asynchronous time per batch (T / max(C, L))",
     "plot": "learning curves from the CSV files of run",
+    "tables": "every results table, the results summary and the README's results table, from the data (tables.yml)",
     "report": "markdown tables for docs/results.md from the JSON files",
     "ray_scaling": "the Ray collector against its number of workers: collector alone, learn(), learner ceiling",
     "gradient_step_cost": "ms per gradient step of V-RACER, SAC, SACReFER... side by side, with the arithmetic floor",

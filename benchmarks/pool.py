@@ -30,8 +30,9 @@ from benchmarks.recorders import Recorder, record_path, recorders_for
 
 class TimedEvalCallback(BaseCallback):
     """
-    Evaluate the deterministic policy for ``n_eval_episodes`` episodes (0: record steps and wall time only, with
-    a NaN return, for throughput runs) every ``eval_freq`` environment steps, or,
+    Evaluate the policy (deterministic, or stochastic as the Atari protocol wants) for ``n_eval_episodes`` whole
+    episodes (0: record steps and wall time only, with a NaN return, for throughput runs) every ``eval_freq``
+    environment steps, or,
     with ``eval_seconds``, every ``eval_seconds`` of training wall time instead (the same number of points for a
     fast and a slow algorithm). With ``max_seconds``, training stops once its wall time reaches that budget.
 
@@ -49,9 +50,11 @@ class TimedEvalCallback(BaseCallback):
         eval_seconds: float | None = None,
         max_seconds: float | None = None,
         recorders: list[Recorder] | None = None,
+        deterministic: bool = True,
     ) -> None:
         super().__init__()
         self.eval_env = eval_env
+        self.deterministic = deterministic
         self.recorders = recorders or []
         self.eval_freq = eval_freq
         self.eval_seconds = eval_seconds
@@ -80,7 +83,11 @@ class TimedEvalCallback(BaseCallback):
             sync_envs_normalization(self.training_env, self.eval_env)
         if self.n_eval_episodes > 0:
             rewards, _ = evaluate_policy(
-                self.model, self.eval_env, self.n_eval_episodes, deterministic=True, return_episode_rewards=True
+                self.model,
+                self.eval_env,
+                self.n_eval_episodes,
+                deterministic=self.deterministic,
+                return_episode_rewards=True,
             )
         else:  # throughput only: the point records steps and wall time, no return
             rewards = [float("nan")]
@@ -133,6 +140,7 @@ class RunSpec:
     max_seconds: float | None = None
     records: tuple[str, ...] = ()  # recorder names (benchmarks/recorders.py); each writes under record_dir
     record_dir: str = ""
+    deterministic: bool = True  # the evaluation policy (benchmarks.protocol.eval_policy: stochastic for Atari)
 
 
 def failed_point(spec: RunSpec, error: BaseException | str) -> EvalPoint:
@@ -166,6 +174,7 @@ def run_benchmark(spec: RunSpec) -> list[EvalPoint]:
             eval_seconds=spec.eval_seconds,
             max_seconds=spec.max_seconds,
             recorders=recorders,
+            deterministic=spec.deterministic,
         )
         model = algo_class(spec.algo)(env_params["policy"], env, seed=spec.seed, device=spec.device, **params)
         model.learn(spec.steps or int(env_params["n_timesteps"]), callback=CallbackList([callback, *recorders]))

@@ -36,6 +36,7 @@ import argparse
 import json
 import shlex
 import sys
+import time
 from pathlib import Path
 
 import torch as th
@@ -53,6 +54,15 @@ from benchmarks.output import (
     write_json,
 )
 from benchmarks.pool import RunSpec, failed_point, run_benchmark, run_in_parallel, sigterm_as_keyboard_interrupt
+from benchmarks.protocol import (
+    ProtocolError,
+    check_comparison,
+    check_eval_settings,
+    eval_policy,
+    git_commit,
+    read_run_records,
+    write_run_record,
+)
 from benchmarks.recorders import RECORDERS, plot_records, validate_recorders
 from benchmarks.summary import THRESHOLDS, threshold_summary
 
@@ -125,32 +135,85 @@ def wall_checkpoints(args: argparse.Namespace) -> tuple[float, ...]:
     return tuple(args.max_seconds * fraction for fraction in (1 / 3, 2 / 3, 1)) if args.max_seconds else ()
 
 
+RECORDED_SETTINGS = ("steps", "max_seconds", "eval_freq", "eval_seconds", "eval_episodes", "torch_threads", "jobs", "device")
+
+
+def run_record(args: argparse.Namespace, spec: RunSpec, points: list[EvalPoint]) -> dict:
+    """One run's own settings, stored beside the table (``OUT/runs/ENV/ALGO_seedN.json``) and never rewritten."""
+    failed = next((point for point in points if point.status == "failed"), None)
+    return {
+        "algo": spec.algo,
+        "env": spec.env_id,
+        "seed": spec.seed,
+        "status": "failed" if failed else "ok",
+        "error": failed.error if failed else "",
+        "steps": args.steps,
+        "max_seconds": args.max_seconds,
+        "eval_freq": None if args.eval_seconds else args.eval_freq,
+        "eval_seconds": args.eval_seconds,
+        "eval_episodes": args.eval_episodes,
+        "eval_policy": eval_policy(spec.env_id),
+        "torch_threads": torch_threads(args),
+        "jobs": args.jobs,
+        "device": args.device,
+        "hyperparams": hyperparams_source(spec.algo, spec.env_id),
+        "commit": COMMIT,
+        "machine": this_machine(args),
+        "command": reproduce_command(args, spec.env_id, [spec.algo], [spec.seed]),
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+
+
+def recorded_args(args: argparse.Namespace, records: list[dict]) -> argparse.Namespace:
+    """``args`` with the settings the runs were made with (their records'), so that ``--summarize`` and ``--merge``
+    describe the runs, not the rewriting command. Without records (runs from before them), ``args`` itself."""
+    if not records:
+        return args
+    settings = {name: records[0].get(name) for name in RECORDED_SETTINGS}
+    settings["eval_freq"] = settings["eval_freq"] or args.eval_freq
+    return argparse.Namespace(**{**vars(args), **settings})
+
+
 def write_results(
-    args: argparse.Namespace, env_id: str, points: list[EvalPoint], baseline: str, machine: dict | None = None
+    args: argparse.Namespace,
+    env_id: str,
+    points: list[EvalPoint],
+    baseline: str,
+    machine: dict | None = None,
+    records: dict[tuple[str, int], dict] | None = None,
 ) -> dict:
     """
     Write ENV.csv, ENV.json and ENV.png for the points gathered so far; return the summary. ``machine`` is the
-    description of the machine that ran them (default: this one).
+    description of the machine that ran them (default: this one); ``records`` the runs' own settings (default: the
+    run records in ``--out``), which the JSON's settings and command come from. Raises :class:`ProtocolError`,
+    writing nothing, where the table would compare algorithms across runs whose settings or machines differ.
     """
+    records = read_run_records(args.out, env_id) if records is None else records
+    keys = sorted({(point.algo, point.seed) for point in points})
+    table_records = [records[key] for key in keys if key in records]
+    check_comparison(table_records, f"{env_id}'s table")
+    made_with = recorded_args(args, table_records)
     threshold = args.threshold if args.threshold is not None else THRESHOLDS.get(env_id)
     write_csv(points, args.out / f"{env_id}.csv")
-    step_budget = None if args.max_seconds else args.steps
+    step_budget = None if made_with.max_seconds else made_with.steps
     summary = threshold_summary(
-        points, threshold, baseline=baseline, wall_checkpoints=wall_checkpoints(args), step_budget=step_budget
+        points, threshold, baseline=baseline, wall_checkpoints=wall_checkpoints(made_with), step_budget=step_budget
     )
     algos = sorted({point.algo for point in points}, key=lambda algo: (algo != baseline, algo))
     seeds = sorted({point.seed for point in points})
     summary.update(
         env=env_id,
         seeds=seeds,
-        steps=args.steps,
-        max_seconds=args.max_seconds,
-        eval_freq=None if args.eval_seconds else args.eval_freq,
-        eval_seconds=args.eval_seconds,
-        eval_episodes=args.eval_episodes,
+        steps=made_with.steps,
+        max_seconds=made_with.max_seconds,
+        eval_freq=None if made_with.eval_seconds else made_with.eval_freq,
+        eval_seconds=made_with.eval_seconds,
+        eval_episodes=made_with.eval_episodes,
+        eval_policy=table_records[0]["eval_policy"] if table_records else None,
         hyperparams={algo: hyperparams_source(algo, env_id) for algo in algos},
-        machine=machine or this_machine(args),
-        command=reproduce_command(args, env_id, algos, seeds),
+        machine=machine or (table_records[-1]["machine"] if table_records else this_machine(args)),
+        command=reproduce_command(made_with, env_id, algos, seeds),
+        runs=table_records,
     )
     write_json(summary, args.out / f"{env_id}.json")
     plot_curves(points, args.out / f"{env_id}.png", threshold)
@@ -174,6 +237,9 @@ def print_summary(summary: dict) -> None:
         print(line)
 
 
+COMMIT = git_commit()
+
+
 def this_machine(args: argparse.Namespace) -> dict:
     """This machine's description, with the threads and parallel runs of this invocation."""
     return {**machine_description(args.device), "torch_threads": torch_threads(args), "jobs": args.jobs}
@@ -194,13 +260,26 @@ def run_specs(args: argparse.Namespace) -> list[RunSpec]:
     options = {"eval_freq": args.eval_freq, "eval_episodes": args.eval_episodes, "device": args.device}
     options.update(eval_seconds=args.eval_seconds, max_seconds=args.max_seconds)
     options.update(records=tuple(args.record), record_dir=str(args.out))
-    return [RunSpec(algo, env, seed, args.steps, subproc=algo in args.subproc, **options) for env, seed, algo in keys]
+    return [
+        RunSpec(algo, env, seed, args.steps, subproc=algo in args.subproc, deterministic=policy == "deterministic", **options)
+        for env, seed, algo in keys
+        for policy in [eval_policy(env)]
+    ]
 
 
-def joined_sittings(previous: dict | None, current: dict, action: str) -> dict:
-    """The ``machine`` of a table whose runs from ``previous`` are joined by runs from ``current``
-    (:func:`merge_sittings`), with a warning naming ``action`` where their machine or software differ."""
+def joined_sittings(previous: dict | None, current: dict, action: str, compares: bool) -> dict:
+    """
+    The ``machine`` of a table whose runs from ``previous`` are joined by runs from ``current``
+    (:func:`merge_sittings`). Where their machine or software differ, a table that compares algorithms
+    (``compares``) is refused with :class:`ProtocolError` naming ``action`` and each difference; a one-algorithm
+    table is warned about.
+    """
     differences = machine_differences(previous, current)
+    if differences and compares:
+        raise ProtocolError(
+            f"{action}: the table compares algorithms, and the runs come from another machine or software "
+            f"({'; '.join(differences)}); run the comparison again here, or write a new table"
+        )
     if differences:
         print(f"warning: {action} from another machine or software ({'; '.join(differences)}): say so under the table,"
               " or start a new one", file=sys.stderr)  # fmt: skip
@@ -210,38 +289,44 @@ def joined_sittings(previous: dict | None, current: dict, action: str) -> dict:
 def kept_points(args: argparse.Namespace, specs: list[RunSpec]) -> tuple[dict[str, list[EvalPoint]], dict[str, dict]]:
     """
     With ``--append``: per env, the rows already in ENV.csv, less the runs about to be redone, and the ``machine``
-    the env's JSON will record (this one, with the kept runs' sittings where their machine or software differ,
-    which is also warned about).
+    the env's JSON will record (this one, with the kept runs' sittings where their machine or software differ).
+    Raises :class:`ProtocolError` before anything runs where the table compares algorithms and the kept runs'
+    machine, software or settings differ from this invocation's.
     """
     kept: dict[str, list[EvalPoint]] = {env: [] for env in args.envs}
     machines: dict[str, dict] = {}
     for env in args.envs if args.append else []:
         if not (args.out / f"{env}.csv").is_file():
             continue
-        rerun = {(spec.algo, spec.seed) for spec in specs if spec.env_id == env}
+        env_specs = [spec for spec in specs if spec.env_id == env]
+        rerun = {(spec.algo, spec.seed) for spec in env_specs}
         kept[env] = [p for p in read_csv(args.out / f"{env}.csv") if (p.algo, p.seed) not in rerun]
         if not kept[env]:
             continue
+        compares = len({point.algo for point in kept[env]} | {spec.algo for spec in env_specs}) > 1
+        kept_records = [record for key, record in read_run_records(args.out, env).items() if key not in rerun]
+        new_records = [run_record(args, spec, []) for spec in env_specs]
+        check_comparison(kept_records + new_records, f"--append to {env}'s table")
         previous_json = args.out / f"{env}.json"
         if previous_json.is_file():
             previous = json.loads(previous_json.read_text()).get("machine")
         else:  # only the rows' machine names are known
             names = sorted({point.machine for point in kept[env]})
             previous = {"name": names[-1], "earlier_sittings": [{"name": name} for name in names[:-1]]}
-        current = this_machine(args)
-        machines[env] = joined_sittings(previous, current, f"--append to {env}'s table")
+        machines[env] = joined_sittings(previous, this_machine(args), f"--append to {env}'s table", compares)
     return kept, machines
 
 
-def merged_points(args: argparse.Namespace, env: str) -> tuple[list[EvalPoint], dict | None]:
+def merged_points(args: argparse.Namespace, env: str) -> tuple[list[EvalPoint], dict | None, dict]:
     """
     ``--merge``: the runs of ``--out``'s ENV.csv, then of each ``--merge`` folder's, one run per (algo, seed):
-    a later folder's run replaces an earlier one unless it failed where the earlier one finished. Returns the rows
-    and the machine the JSON will record (each folder's JSON ``machine`` as a sitting; differences are warned about,
-    as with ``--append``).
+    a later folder's run replaces an earlier one unless it failed where the earlier one finished. Returns the rows,
+    the machine the JSON will record (each folder's JSON ``machine`` as a sitting) and the kept runs' records.
+    Raises :class:`ProtocolError` where the merged table compares algorithms across machines, software or settings.
     """
     runs: dict[tuple[str, int], list[EvalPoint]] = {}
-    machine: dict | None = None
+    records: dict[tuple[str, int], dict] = {}
+    machines: list[tuple[Path, dict]] = []
     for folder in [args.out, *args.merge]:
         csv_path = folder / f"{env}.csv"
         if not csv_path.is_file():
@@ -251,32 +336,43 @@ def merged_points(args: argparse.Namespace, env: str) -> tuple[list[EvalPoint], 
         folder_runs: dict[tuple[str, int], list[EvalPoint]] = {}
         for point in read_csv(csv_path):
             folder_runs.setdefault((point.algo, point.seed), []).append(point)
+        folder_records = read_run_records(folder, env)
         for key, points in folder_runs.items():
             failed = any(point.status == "failed" for point in points)
             earlier_finished = key in runs and not any(point.status == "failed" for point in runs[key])
             if not (failed and earlier_finished):
                 runs[key] = points
+                records.pop(key, None)
+                if key in folder_records:
+                    records[key] = folder_records[key]
         json_path = folder / f"{env}.json"
         if json_path.is_file() and (folder_machine := json.loads(json_path.read_text()).get("machine")):
-            machine = joined_sittings(machine, folder_machine, f"--merge {folder} into {env}'s table")
-    return [point for points in runs.values() for point in points], machine
+            machines.append((folder, folder_machine))
+    compares = len({algo for algo, _ in runs}) > 1
+    machine: dict | None = None
+    for folder, folder_machine in machines:
+        machine = joined_sittings(machine, folder_machine, f"--merge {folder} into {env}'s table", compares)
+    check_comparison(list(records.values()), f"--merge into {env}'s table")
+    return [point for points in runs.values() for point in points], machine, records
 
 
 def rewrite_tables(args: argparse.Namespace, baseline: str) -> None:
-    """``--summarize`` and ``--merge``: run nothing, rewrite each env's CSV, JSON and PNG from the rows there are."""
-    tables: dict[str, tuple[list[EvalPoint], dict | None]] = {}
+    """
+    ``--summarize`` and ``--merge``: run nothing, rewrite each env's CSV, JSON and PNG from the rows there are. The
+    runs' records are read, never rewritten (``--merge`` copies the merged runs' records into ``--out``).
+    """
+    tables: dict[str, tuple[list[EvalPoint], dict | None, dict | None]] = {}
     for env in args.envs:
         if args.merge:
-            try:
-                tables[env] = merged_points(args, env)
-            except ValueError as error:
-                raise SystemExit(f"error: {error}") from None
+            tables[env] = merged_points(args, env)
         else:  # the runs' machine, not this one: the JSON written when they ran describes it
             previous = args.out / f"{env}.json"
             machine = json.loads(previous.read_text()).get("machine") if previous.exists() else None
-            tables[env] = (read_csv(args.out / f"{env}.csv"), machine)
-    for env, (points, machine) in tables.items():
-        print_summary(write_results(args, env, points, baseline, machine))
+            tables[env] = (read_csv(args.out / f"{env}.csv"), machine, None)
+    for env, (points, machine, records) in tables.items():
+        for record in (records or {}).values():  # a merged run's record, copied as it is
+            write_run_record(args.out, record)
+        print_summary(write_results(args, env, points, baseline, machine, records))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -286,17 +382,20 @@ def main(argv: list[str] | None = None) -> None:
             raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
         validate_names(args.algos, args.envs)
         validate_recorders(args.record, args.algos)
+        check_eval_settings(args.envs, args.eval_episodes)
     except ValueError as error:
         raise SystemExit(f"error: {error}") from None
     baseline = args.baseline or ("ppo" if "ppo" in args.algos else args.algos[0])
     if args.torch_threads:
         th.set_num_threads(args.torch_threads)
-    if args.merge or args.summarize:
-        rewrite_tables(args, baseline)
-        return
     specs = run_specs(args)
-
-    kept_by_env, machine_by_env = kept_points(args, specs)
+    try:
+        if args.merge or args.summarize:
+            rewrite_tables(args, baseline)
+            return
+        kept_by_env, machine_by_env = kept_points(args, specs)
+    except ValueError as error:  # ProtocolError included: nothing was written
+        raise SystemExit(f"error: {error}") from None
     finished: dict[int, list[EvalPoint]] = {}
 
     def env_points(env: str) -> list[EvalPoint]:
@@ -307,6 +406,7 @@ def main(argv: list[str] | None = None) -> None:
 
     def record(index: int, points: list[EvalPoint]) -> None:
         finished[index] = points
+        write_run_record(args.out, run_record(args, specs[index], points))
         env = specs[index].env_id
         write_results(args, env, env_points(env), baseline, machine_by_env.get(env))
         progress.update()

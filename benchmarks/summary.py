@@ -1,5 +1,6 @@
 """Statistics over seeds: thresholds and the first evaluation reaching them, medians with spread, the
-interquartile mean with its bootstrap interval, returns at wall-time checkpoints, ratios against a baseline."""
+interquartile mean with its stratified-bootstrap interval (rliable), returns at wall-time checkpoints, the time and
+steps to a return paired by seed against the baseline's own, the probability of improvement over the baseline."""
 
 from typing import Any
 
@@ -7,6 +8,7 @@ import numpy as np
 import scipy.stats
 
 from benchmarks.output import EvalPoint
+from benchmarks.statistics import iqm_with_interval, probability_of_improvement
 
 # Default "solved" thresholds (rl-zoo3 / gymnasium reward thresholds); --threshold overrides, other envs get none.
 THRESHOLDS = {
@@ -34,39 +36,76 @@ def interquartile_mean(values: np.ndarray, axis: int = -1) -> np.ndarray:
     return scipy.stats.trim_mean(values, 0.25, axis=axis)
 
 
-def iqm_confidence_interval(values: list[float], confidence: float = 0.95, resamples: int = 2000) -> tuple[float, float]:
+def spread(values: list[float | None], interval: bool = False) -> dict[str, Any]:
     """
-    Percentile-bootstrap confidence interval of the interquartile mean over runs (rliable's method for one
-    task: resample the runs with replacement). Seeded, so the same values give the same interval.
-    """
-    if len(values) == 1 or min(values) == max(values):
-        return float(values[0]), float(values[0])
-    result = scipy.stats.bootstrap(
-        (np.asarray(values, dtype=float),),
-        interquartile_mean,
-        n_resamples=resamples,
-        confidence_level=confidence,
-        method="percentile",
-        rng=np.random.default_rng(0),
-    )
-    return float(result.confidence_interval.low), float(result.confidence_interval.high)
-
-
-def spread(values: list[float | None]) -> dict[str, Any]:
-    """
-    Median, min and max of the finite values (``None`` entries are runs that never got there), and their
-    interquartile mean with its 95% bootstrap confidence interval.
+    Median, min and max of the finite values (``None`` entries are runs that never got there) and their interquartile
+    mean; with ``interval``, also the IQM's stratified-bootstrap 95% confidence interval (rliable) as ``iqm_ci95``.
     """
     finite = [value for value in values if value is not None and np.isfinite(value)]
     if not finite:
         return {"median": None, "min": None, "max": None, "n": 0, "iqm": None, "iqm_ci95": None}
-    return {
+    stats = {
         "median": float(np.median(finite)),
         "min": float(np.min(finite)),
         "max": float(np.max(finite)),
         "n": len(finite),
         "iqm": float(interquartile_mean(np.asarray(finite))),
-        "iqm_ci95": list(iqm_confidence_interval(finite)),
+    }
+    if interval:
+        estimate = iqm_with_interval(finite)
+        stats["iqm_ci95"] = [estimate["low"], estimate["high"]]
+    return stats
+
+
+def time_to_return(run: list[EvalPoint], target: float, step_budget: int | None = None) -> tuple[int, float, bool]:
+    """
+    Steps and training seconds of the first evaluation after training started (up to ``step_budget``) whose return
+    is >= ``target``, and False; a run that never gets there counts at its last evaluation (its budget), censored:
+    True.
+    """
+    evaluated = [p for p in run if p.status == "ok" and p.steps > 0 and (step_budget is None or p.steps <= step_budget)]
+    hit = next((p for p in evaluated if p.eval_mean >= target), None)
+    if hit is not None:
+        return hit.steps, hit.wall_seconds, False
+    last = evaluated[-1] if evaluated else None
+    return (last.steps, last.wall_seconds, True) if last else (0, 0.0, True)
+
+
+def paired_to_return(
+    by_run: dict[tuple[str, int, str], list[EvalPoint]], algo: str, baseline: str, target: float, step_budget: int | None
+) -> dict[str, Any]:
+    """
+    Steps and wall seconds of ``algo`` to ``target`` over the baseline's own steps and seconds to the same return,
+    seed by seed on the same machine. A run that never gets there counts at its budget and is marked censored (its
+    ratio is then a bound: at least, for ours; at most, for the baseline's).
+    """
+    per_seed = []
+    for (name, seed, machine), run in sorted(by_run.items()):
+        base_run = by_run.get((baseline, seed, machine))
+        if name != algo or base_run is None or run[0].status == "failed" or base_run[0].status == "failed":
+            continue
+        steps, wall, censored = time_to_return(run, target, step_budget)
+        base_steps, base_wall, base_censored = time_to_return(base_run, target, step_budget)
+        per_seed.append(
+            {
+                "seed": seed,
+                "steps": steps,
+                "wall_seconds": round(wall, 2),
+                "censored": censored,
+                "baseline_steps": base_steps,
+                "baseline_wall_seconds": round(base_wall, 2),
+                "baseline_censored": base_censored,
+                "steps_ratio": steps / base_steps if base_steps else None,
+                "wall_ratio": wall / base_wall if base_wall else None,
+            }
+        )
+    return {
+        "target": target,
+        "per_seed": per_seed,
+        "steps_ratio": spread([entry["steps_ratio"] for entry in per_seed]),
+        "wall_ratio": spread([entry["wall_ratio"] for entry in per_seed]),
+        "censored": sum(entry["censored"] for entry in per_seed),
+        "baseline_censored": sum(entry["baseline_censored"] for entry in per_seed),
     }
 
 
@@ -88,6 +127,7 @@ def threshold_summary(
     baseline: str,
     wall_checkpoints: tuple[float, ...] = (),
     step_budget: int | None = None,
+    published: float | None = None,
 ) -> dict[str, Any]:
     """
     Per algo: steps and wall seconds to ``threshold`` per seed, final and best returns, each with its median
@@ -95,6 +135,11 @@ def threshold_summary(
     machines are never compared). Without a threshold only the returns and the final-return ratio are given.
     With ``step_budget``, also the return of the last evaluation at or before it (``budget_eval_mean``) and its
     paired ratio: algorithms whose rollouts overshoot the budget are compared at the budget, not after it.
+
+    The protocol's comparison (``to_return``): each algo's steps and seconds to the baseline's median return at the
+    budget (and to the ``published`` figure of the baseline, when given), over the baseline's own steps and seconds
+    to the same return, paired by seed (:func:`paired_to_return`); and the probability that a run of the algo
+    ends above a run of the baseline (``improvement_vs_baseline``, rliable).
     """
     by_run: dict[tuple[str, int, str], list[EvalPoint]] = {}
     for point in points:
@@ -118,11 +163,11 @@ def threshold_summary(
             "best_eval_mean": [max(p.eval_mean for p in run) if run else None for run in trained],
             "final_steps": [run[-1].steps if run else None for run in trained],
         }
-        entry["final_eval"] = spread(entry["final_eval_mean"])
+        entry["final_eval"] = spread(entry["final_eval_mean"], interval=not step_budget)
         entry["steps_done"] = spread(entry["final_steps"])
         if step_budget:
             entry["budget_eval_mean"] = [at_budget[key] for key in runs]
-            entry["budget_eval"] = spread(entry["budget_eval_mean"])
+            entry["budget_eval"] = spread(entry["budget_eval_mean"], interval=True)
         entry["return_at_seconds"] = {
             f"{seconds:g}": spread([return_at(run, "wall_seconds", seconds) for run in evaluated])
             for seconds in wall_checkpoints
@@ -162,4 +207,41 @@ def threshold_summary(
                 entry["budget_return_ratios"] = [list(pair) for pair in budget_ratios]
                 entry["budget_return_ratio_vs_baseline"] = spread([ratio for _, ratio in budget_ratios])
         summary["algos"][algo] = entry
+    compare_to_baseline(summary, by_run, step_budget, wall_checkpoints, published)
     return summary
+
+
+def compared_returns(entry: dict[str, Any], step_budget: int | None, wall_checkpoints: tuple[float, ...]) -> list:
+    """Each seed's compared return: at the step budget, else the final one (a wall-time budget's run ends at it)."""
+    if step_budget:
+        return entry["budget_eval_mean"]
+    return entry["final_eval_mean"]
+
+
+def compare_to_baseline(
+    summary: dict[str, Any],
+    by_run: dict[tuple[str, int, str], list[EvalPoint]],
+    step_budget: int | None,
+    wall_checkpoints: tuple[float, ...],
+    published: float | None,
+) -> None:
+    """Add the targets, each algo's paired steps and time to them, and its probability of improvement."""
+    baseline = summary["baseline"]
+    base_entry = summary["algos"].get(baseline)
+    if base_entry is None:
+        return
+    base_returns = [value for value in compared_returns(base_entry, step_budget, wall_checkpoints) if value is not None]
+    targets: dict[str, float] = {}
+    if base_returns:
+        targets["baseline_median"] = float(np.median(base_returns))
+    if published is not None:
+        targets["published"] = float(published)
+    summary["targets"] = targets
+    for algo, entry in summary["algos"].items():
+        if algo == baseline:
+            continue
+        entry["to_return"] = {
+            name: paired_to_return(by_run, algo, baseline, target, step_budget) for name, target in targets.items()
+        }
+        ours = [value for value in compared_returns(entry, step_budget, wall_checkpoints) if value is not None]
+        entry["improvement_vs_baseline"] = probability_of_improvement(ours, base_returns) if ours and base_returns else None

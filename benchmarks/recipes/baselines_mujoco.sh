@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Baselines, docs/results.md: "SB3 PPO at 1M steps" (HalfCheetah-v5, Hopper-v5, Walker2d-v5; the same runs as in
+# Baselines, docs/results_before_protocol.md: "SB3 PPO at 1M steps" (HalfCheetah-v5, Hopper-v5, Walker2d-v5; the same runs as in
 # vracer_mujoco.sh) and "Six algorithms at 300 s on HalfCheetah-v5 and Hopper-v5". The 2-core development machine,
 # one torch thread per run. The 1M-step runs are step-based and may share the machine; the 300 s table wants it
 # otherwise idle. Run from the repository root; each command writes CSV/JSON/PNG into its --out.

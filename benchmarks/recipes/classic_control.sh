@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CartPole-v1 and Pendulum-v1 tables of docs/results.md: IMPACT against PPO over 5 seeds (IMPACT section),
+# The CartPole-v1 and Pendulum-v1 tables of docs/results_before_protocol.md: IMPACT against PPO over 5 seeds (IMPACT section),
 # every algorithm against PPO at 50k steps (Baselines, "All algorithms on CartPole-v1 and Pendulum-v1 at 50k
 # steps"), PPO-AMBER's active batches and V-RACER's ReF-ER ablation on Pendulum-v1. The 2-core development
 # machine; run from the repository root. The wall ratios want the machine otherwise idle.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Collectors and throughput, docs/results.md: "One data path: collecting while learning" (PPO-AMBER and V-RACER on
+# Collectors and throughput, docs/results_before_protocol.md: "One data path: collecting while learning" (PPO-AMBER and V-RACER on
 # Pendulum-v1, PTR-PPO on CartPole-v1, by collector, 5 seeds), the 2-core rows of "IMPACT's collection/learning
 # overlap" and the Ray collector's scaling on two cores. The one-data-path tables ran on a 16-core machine with
 # 2 torch threads per run and 5 (Pendulum) or 3 (CartPole) runs at once, about two cores per run; the overlap and

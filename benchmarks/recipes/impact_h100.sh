@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# IMPACT and IMPALA against SB3 PPO on a GPU machine (16 CPU cores, one H100): docs/results.md, IMPACT section,
+# IMPACT and IMPALA against SB3 PPO on a GPU machine (16 CPU cores, one H100): docs/results_before_protocol.md, IMPACT section,
 # "HalfCheetah-v5 and Hopper-v5 at equal wall time on the GPU machine" (IMPALA's row included) and "Atari:
 # environment steps per second on the GPU machine", and the GPU-machine rows of "IMPACT's collection/learning
 # overlap". Run from the repository root on an otherwise idle machine; each MuJoCo table runs all its runs at once

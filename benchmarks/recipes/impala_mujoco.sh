@@ -6,7 +6,7 @@ set -euo pipefail
 OUT=${OUT:-results/impala_600s}
 export OMP_NUM_THREADS=1
 # --steps 5000000 lets the time budget end both runs (the ymls stop at 1M steps); neither entry has a schedule
-# that the step budget would stretch. docs/results.md's table has PPO's rows of 2026-11-24 and IMPALA's of
+# that the step budget would stretch. docs/results_before_protocol.md's table has PPO's rows of 2026-11-24 and IMPALA's of
 # 2026-11-25 (its entry with value passes), from this line on the same machine kind and software.
 python -m benchmarks run --algos ppo impala --env HalfCheetah-v5 --seeds 3 --max-seconds 600 --steps 5000000 \
     --eval-seconds 60 --eval-episodes 5 --jobs 1 --out "$OUT/HalfCheetah-v5"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# PPO-AMBER against SB3 PPO on HalfCheetah-v5 at 100k steps: docs/results.md, PPO-AMBER section, "HalfCheetah-v5
+# PPO-AMBER against SB3 PPO on HalfCheetah-v5 at 100k steps: docs/results_before_protocol.md, PPO-AMBER section, "HalfCheetah-v5
 # at 100k steps". The 2-core development machine; step-based, so the runs may share the machine. Run from the
 # repository root; writes CSV/JSON/PNG into $OUT. The search behind the entry is ppo_amber_mujoco.sh.
 set -euo pipefail

@@ -10,7 +10,7 @@ OUT=${OUT:-results/ptr_ppo_atari}
 python -m benchmarks iteration_cost --algos ptr_ppo ppo --env BreakoutNoFrameskip-v4 --steps 6144 \
     --out "$OUT/iteration_cost"
 
-# Atari environment steps per second on two CPU cores (docs/results.md, "Atari on two CPU cores"): every algorithm
+# Atari environment steps per second on two CPU cores (docs/results_before_protocol.md, "Atari on two CPU cores"): every algorithm
 # with its yml, one 60 s run at a time, no evaluation; then the thread collector's overlap T / max(C, L).
 python -m benchmarks run --algos ppo impact impala ptr_ppo --env BreakoutNoFrameskip-v4 PongNoFrameskip-v4 --seeds 1 \
     --max-seconds 60 --eval-seconds 20 --eval-episodes 0 --out "$OUT/atari_throughput_2core"
@@ -44,7 +44,7 @@ python -m benchmarks run --algos ptr_ppo ppo --env BowlingNoFrameskip-v4 $T2 --o
 # NameThisGame's test games are long too: SB3 PPO's seed 0 took 37 minutes, 13.8 of them training.
 python -m benchmarks run --algos ptr_ppo ppo --env NameThisGameNoFrameskip-v4 $T2 --out "$OUT/table2"
 python -m benchmarks run --algos ptr_ppo ppo --env BreakoutNoFrameskip-v4 $T2 --out "$OUT/table2"
-# The table of games (docs/results.md): each game's evaluation at 160000 steps, per seed and median, and the ratios.
+# The table of games (docs/results_before_protocol.md): each game's evaluation at 160000 steps, per seed and median, and the ratios.
 python -m benchmarks report --across-envs "$OUT"/table2/*.json
 # Every evaluation of every run (the per-game curves' tables).
 python -m benchmarks report --evaluations "$OUT"/table2/*.json

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# PTR-PPO on CartPole-v1 and Acrobot-v1: the tables of docs/results.md's PTR-PPO section (CartPole-v1 at 40k steps,
+# PTR-PPO on CartPole-v1 and Acrobot-v1: the tables of docs/results_before_protocol.md's PTR-PPO section (CartPole-v1 at 40k steps,
 # each trajectory priority, the replay ratio, the epoch split). The 2-core development machine; step-based (the
 # steps and returns count; the wall seconds were taken on a shared machine). Run from the repository root; each
 # command writes CSV/JSON/PNG into its --out. The Atari cost is ptr_ppo_atari.sh.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SACReFER against SB3 SAC on HalfCheetah-v5: docs/results.md, "SACReFER and TD3ReFER" section, both tables (C=10,
+# SACReFER against SB3 SAC on HalfCheetah-v5: docs/results_before_protocol.md, "SACReFER and TD3ReFER" section, both tables (C=10,
 # D=0.2 at 100k steps; the paper's constants at 60k steps, beside V-RACER with the paper's settings). The 2-core
 # development machine, two runs at a time, one torch thread each; step-based, so the runs may share the machine.
 # Run from the repository root; each command writes CSV/JSON/PNG into its --out.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # V-RACER on MuJoCo (issue 21): every table of docs/algorithms/vracer.md and the V-RACER section of
-# docs/results.md, one command each. Run from the repository root; each writes CSV/JSON/PNG into its --out.
+# docs/results_before_protocol.md, one command each. Run from the repository root; each writes CSV/JSON/PNG into its --out.
 # Two cores: the step-based runs (run) may share the machine; the timing (gradient_step_cost) needs it idle.
 set -euo pipefail
 OUT=${OUT:-results/vracer}

@@ -1,0 +1,164 @@
+"""
+The measurement protocol (docs/guide/benchmarks.md, "Protocol"), enforced here rather than in prose.
+
+- **Run records**: every run stores its own settings (``OUT/runs/ENV/ALGO_seedN.json``: evaluation grid and
+  episodes, evaluation policy, budget, threads, seed, commit, machine, package versions), written once by the
+  invocation that ran it; ``--summarize`` and ``--merge`` read them and never rewrite them.
+- **Comparable runs**: a table that compares algorithms refuses runs whose machine, software, evaluation grid,
+  evaluation episodes, evaluation policy, budget or threads differ (:func:`comparison_problems`).
+- **Fresh reporting seeds**: tuning and selection use seeds below :data:`FIRST_REPORTING_SEED`; a reporting table
+  refuses any run below it (:func:`check_reporting_seeds`).
+- **Atari**: rl-zoo3's protocol (Machado et al., 2018, as rl-zoo3 evaluates): ``NoFrameskip-v4`` ids with
+  rl-zoo3's ``AtariWrapper`` (up to 30 random no-op starts, no sticky actions), whole games of at most 108k frames
+  (the ids' own cap), evaluated with the stochastic policy for at least :data:`ATARI_MIN_EVAL_EPISODES` games;
+  scores are also given human-normalised (:data:`ATARI_REFERENCE_SCORES`).
+- **Published baselines**: rl-zoo3's benchmark figures at 1M steps (:data:`PUBLISHED_RETURNS`), the second target
+  of the paired time-to-return ratios.
+"""
+
+import contextlib
+import json
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from benchmarks.config import is_atari
+
+FIRST_REPORTING_SEED = 100
+ATARI_MIN_EVAL_EPISODES = 10
+
+# The settings of a run that must be equal across the runs of a table that compares algorithms.
+COMPARED_SETTINGS = ("steps", "max_seconds", "eval_freq", "eval_seconds", "eval_episodes", "eval_policy", "torch_threads")
+
+# rl-zoo3's benchmark (benchmark.md of rl-baselines3-zoo 2.x), mean return at 1M steps, for the -v3/-v4 ids of the
+# tasks the results page runs on -v5: the figure an SB3 user expects the baseline to reach.
+PUBLISHED_RETURNS: dict[tuple[str, str], float] = {
+    ("ppo", "HalfCheetah-v5"): 5819.0,
+    ("ppo", "Hopper-v5"): 2410.0,
+    ("ppo", "Walker2d-v5"): 3479.0,
+    ("sac", "HalfCheetah-v5"): 9535.0,
+}
+
+# Random and human scores per game (Mnih et al., 2015, Extended Data Table 2; the table Badia et al., 2020 reuse),
+# for human-normalised scores: (score - random) / (human - random).
+ATARI_REFERENCE_SCORES: dict[str, tuple[float, float]] = {
+    "Atlantis": (12850.0, 29028.1),
+    "Bowling": (23.1, 160.7),
+    "Breakout": (1.7, 30.5),
+    "NameThisGame": (2292.3, 8049.0),
+    "Pong": (-20.7, 14.6),
+    "Qbert": (163.9, 13455.0),
+    "UpNDown": (533.4, 11693.2),
+}
+
+
+class ProtocolError(ValueError):
+    """A table or an invocation that breaks the measurement protocol; the message names the difference."""
+
+
+def eval_policy(env_id: str) -> str:
+    """``stochastic`` for Atari (as rl-zoo3 evaluates it: one fixed game otherwise), else ``deterministic``."""
+    return "stochastic" if is_atari(env_id) else "deterministic"
+
+
+def atari_game(env_id: str) -> str:
+    """``BreakoutNoFrameskip-v4`` -> ``Breakout``; ``ALE/Breakout-v5`` -> ``Breakout``."""
+    name = env_id.split("/")[-1]
+    return re.sub(r"(NoFrameskip)?-v\d+$", "", name)
+
+
+def human_normalized(env_id: str, score: float) -> float:
+    """``(score - random) / (human - random)`` with :data:`ATARI_REFERENCE_SCORES`; raises for an unknown game."""
+    game = atari_game(env_id)
+    if game not in ATARI_REFERENCE_SCORES:
+        raise ProtocolError(f"no random/human reference scores for {game!r}; known: {', '.join(ATARI_REFERENCE_SCORES)}")
+    random_score, human_score = ATARI_REFERENCE_SCORES[game]
+    return (score - random_score) / (human_score - random_score)
+
+
+def check_eval_settings(env_ids: list[str], eval_episodes: int) -> None:
+    """Atari tables are evaluated on at least :data:`ATARI_MIN_EVAL_EPISODES` whole games."""
+    atari = [env for env in env_ids if is_atari(env)]
+    if atari and 0 < eval_episodes < ATARI_MIN_EVAL_EPISODES:
+        raise ProtocolError(
+            f"--eval-episodes {eval_episodes}: Atari ({', '.join(atari)}) is evaluated on at least "
+            f"{ATARI_MIN_EVAL_EPISODES} whole games"
+        )
+
+
+def git_commit(directory: Path | None = None) -> str:
+    """The commit the benchmark code runs from, ``+dirty`` when it has uncommitted changes; ``unknown`` outside git."""
+    directory = directory or Path(__file__).resolve().parent
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=directory, capture_output=True, text=True, timeout=10)
+        status = subprocess.run(["git", "status", "--porcelain"], cwd=directory, capture_output=True, text=True, timeout=10)
+        if commit.returncode == 0:
+            return commit.stdout.strip() + ("+dirty" if status.stdout.strip() else "")
+    return "unknown"
+
+
+def record_path(out: Path, env_id: str, algo: str, seed: int) -> Path:
+    return out / "runs" / env_id / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', algo)}_seed{seed}.json"
+
+
+def write_run_record(out: Path, record: dict[str, Any]) -> Path:
+    """Store one run's own settings; a run redone replaces its record (the run itself is replaced too)."""
+    path = record_path(out, record["env"], record["algo"], record["seed"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2))
+    return path
+
+
+def read_run_records(folder: Path, env_id: str) -> dict[tuple[str, int], dict[str, Any]]:
+    """The run records of ``env_id`` in ``folder``, by (algo, seed)."""
+    records: dict[tuple[str, int], dict[str, Any]] = {}
+    for path in sorted((folder / "runs" / env_id).glob("*.json")):
+        record = json.loads(path.read_text())
+        records[(record["algo"], int(record["seed"]))] = record
+    return records
+
+
+def comparison_problems(records: list[dict[str, Any]]) -> list[str]:
+    """
+    What differs between runs that one table compares: the machine's name, each package version, and each of
+    :data:`COMPARED_SETTINGS`. Each difference is named once, with the values and the runs that hold them.
+    """
+    problems: list[str] = []
+
+    def check(label: str, value_of: Any) -> None:
+        values: dict[str, list[str]] = {}
+        for record in records:
+            values.setdefault(json.dumps(value_of(record)), []).append(f"{record['algo']} seed {record['seed']}")
+        if len(values) > 1:
+            listed = "; ".join(
+                f"{value} ({', '.join(runs[:3])}{', ...' if len(runs) > 3 else ''})" for value, runs in values.items()
+            )
+            problems.append(f"{label} differs: {listed}")
+
+    check("machine", lambda record: record["machine"].get("name"))
+    packages = sorted({name for record in records for name in record["machine"].get("software", {})})
+    for package in packages:
+        check(package, lambda record, package=package: record["machine"].get("software", {}).get(package))
+    for setting in COMPARED_SETTINGS:
+        check(setting, lambda record, setting=setting: record.get(setting))
+    return problems
+
+
+def check_comparison(records: list[dict[str, Any]], what: str) -> None:
+    """Raise :class:`ProtocolError` when ``records`` (the runs of one table) compare algorithms across a difference."""
+    if len({record["algo"] for record in records}) < 2:
+        return
+    problems = comparison_problems(records)
+    if problems:
+        raise ProtocolError(f"{what} compares algorithms across runs that differ: " + " | ".join(problems))
+
+
+def check_reporting_seeds(seeds: list[int], what: str) -> None:
+    """A reporting table's seeds are fresh: none below :data:`FIRST_REPORTING_SEED` (those tune and select)."""
+    below = sorted({seed for seed in seeds if seed < FIRST_REPORTING_SEED})
+    if below:
+        raise ProtocolError(
+            f"{what} reports seeds {below}: reporting seeds start at {FIRST_REPORTING_SEED} "
+            f"(seeds below {FIRST_REPORTING_SEED} are for tuning and selection)"
+        )

@@ -1,0 +1,102 @@
+"""
+Statistics over runs with rliable (Agarwal et al., 2021): the interquartile mean (IQM) with its stratified-bootstrap
+95% confidence interval, the probability of improvement of one algorithm over another with its interval, and
+performance profiles. Every bootstrap is seeded, so the same data give the same figures (the tables command's
+drift test relies on it).
+
+Score matrices are ``(runs, tasks)``: one row per seed, one column per environment (a single column for a table of
+one environment).
+"""
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+BOOTSTRAP_REPS = 2000
+IMPROVEMENT_REPS = 1000  # rliable's Mann-Whitney statistic per resample is slower than the IQM's
+CONFIDENCE = 0.95
+
+
+def _rliable():
+    with warnings.catch_warnings():  # arch warns about its own deprecations on import
+        warnings.simplefilter("ignore")
+        from rliable import library, metrics
+    return library, metrics
+
+
+def _interval_estimates(score_dict: dict, function, reps: int) -> tuple[dict, dict]:
+    library, _ = _rliable()
+    with warnings.catch_warnings():  # arch's FutureWarning about RandomState: the seeded state is what we want
+        warnings.simplefilter("ignore", FutureWarning)
+        return library.get_interval_estimates(
+            score_dict, function, reps=reps, confidence_interval_size=CONFIDENCE, random_state=np.random.RandomState(0)
+        )
+
+
+def as_matrix(scores: np.ndarray | list) -> np.ndarray:
+    """A list of per-seed scores is one task's column."""
+    matrix = np.asarray(scores, dtype=float)
+    return matrix[:, None] if matrix.ndim == 1 else matrix
+
+
+def iqm_with_interval(scores: np.ndarray | list) -> dict[str, float] | None:
+    """
+    IQM over all runs and tasks, with rliable's stratified-bootstrap 95% interval (runs resampled within each task);
+    ``None`` without scores. One run, or runs that all scored the same, give a zero-width interval.
+    """
+    matrix = as_matrix(scores)
+    if matrix.size == 0:
+        return None
+    _, metrics = _rliable()
+    point = float(metrics.aggregate_iqm(matrix))
+    if matrix.shape[0] == 1 or np.all(matrix == matrix.flat[0]):
+        return {"iqm": point, "low": point, "high": point}
+    _, intervals = _interval_estimates({"x": matrix}, lambda x: np.array([metrics.aggregate_iqm(x)]), BOOTSTRAP_REPS)
+    low, high = intervals["x"][:, 0]
+    return {"iqm": point, "low": float(low), "high": float(high)}
+
+
+def probability_of_improvement(ours: np.ndarray | list, baseline: np.ndarray | list) -> dict[str, float] | None:
+    """
+    P(X > Y): the probability that a run of ours scores above a run of the baseline on a task drawn at random
+    (ties count half), with its stratified-bootstrap 95% interval; ``None`` where either has no run.
+    """
+    x, y = as_matrix(ours), as_matrix(baseline)
+    if x.size == 0 or y.size == 0:
+        return None
+    _, metrics = _rliable()
+    point = float(metrics.probability_of_improvement(x, y))
+    if x.shape[0] == 1 and y.shape[0] == 1:
+        return {"p": point, "low": point, "high": point}
+    _, intervals = _interval_estimates({"x,y": (x, y)}, metrics.probability_of_improvement, IMPROVEMENT_REPS)
+    low, high = intervals["x,y"][:, 0]
+    return {"p": point, "low": float(low), "high": float(high)}
+
+
+def plot_performance_profiles(score_dict: dict[str, np.ndarray], path: Path, xlabel: str) -> None:
+    """rliable's performance profile (the fraction of runs scoring above tau) per algorithm, with 95% bands."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    library, _ = _rliable()
+    from rliable import plot_utils
+
+    matrices = {algo: as_matrix(scores) for algo, scores in score_dict.items()}
+    every = np.concatenate([matrix.ravel() for matrix in matrices.values()])
+    taus = np.linspace(min(0.0, float(every.min())), float(every.max()) * 1.05 + 1e-9, 101)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        np.random.seed(0)  # rliable's profile bootstrap draws from numpy's global generator
+        profiles, intervals = library.create_performance_profile(matrices, taus, reps=BOOTSTRAP_REPS)
+    figure, axis = plt.subplots(figsize=(7, 4.5))
+    plot_utils.plot_performance_profiles(
+        profiles, taus, performance_profile_cis=intervals, ax=axis, xlabel=xlabel, colors=None
+    )
+    axis.legend(list(matrices), loc="upper right", fontsize="small")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    plt.close(figure)

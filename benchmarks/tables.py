@@ -1,0 +1,375 @@
+"""
+Every results table, the results page's summary and the README's results table, regenerated from the data files.
+
+    python -m benchmarks tables            # rewrite the generated blocks of README.md and docs/results.md
+    python -m benchmarks tables --check    # exit 1, naming each block, where a page differs from what it would write
+
+The manifest, ``benchmarks/tables.yml``, lists each table: its page, its kind, its data folder, its environments,
+its baseline and the recipe that makes its data; and the README's rows, each pointing at a table. A page holds a
+table between ``<!-- generated: NAME -->`` and ``<!-- end generated: NAME -->``; everything between the markers is
+this command's, everything outside them is prose.
+
+Each table is computed from the runs' evaluation rows (``ENV.csv``) and their records (``runs/ENV/*.json``), not
+from the JSON summaries, under the protocol (``benchmarks/protocol.py``): a reporting table refuses seeds below
+100, a table that compares algorithms refuses runs whose machine, software or settings differ, and every run must
+have its record.
+
+Kinds:
+
+- ``comparison``: one environment, algorithms against a baseline at the same budget. Per algo: the return at the
+  budget (median [min, max]; IQM [95% CI]), the probability of improvement over the baseline, and the steps and
+  training time to the baseline's median return (and to the baseline's published figure, where there is one),
+  each over the baseline's own, paired by seed; a seed that never gets there counts at its budget, censored.
+- ``atari``: several games, algorithms against a baseline: per game the return and the human-normalised score;
+  across games, the IQM of human-normalised scores with its interval, the probability of improvement, and a
+  performance profile (``profile.png`` in the data folder).
+- ``evaluations``: every run's evaluations, a row per algo and seed.
+"""
+
+import argparse
+import difflib
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from benchmarks.output import EvalPoint, read_csv
+from benchmarks.protocol import (
+    PUBLISHED_RETURNS,
+    ProtocolError,
+    atari_game,
+    check_comparison,
+    check_reporting_seeds,
+    human_normalized,
+    read_run_records,
+)
+from benchmarks.report import score
+from benchmarks.statistics import iqm_with_interval, plot_performance_profiles, probability_of_improvement
+from benchmarks.summary import threshold_summary
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+MANIFEST = REPO_ROOT / "benchmarks" / "tables.yml"
+BLOCK = re.compile(r"(<!-- generated: (?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- end generated: (?P=name) -->)", re.DOTALL)
+NOT_YET = "not yet re-measured under the protocol"
+
+
+def load_manifest(path: Path = MANIFEST) -> dict[str, Any]:
+    manifest = yaml.safe_load(path.read_text())
+    names = [table["name"] for table in manifest["tables"]]
+    duplicated = sorted({name for name in names if names.count(name) > 1})
+    if duplicated:
+        raise ProtocolError(f"{path}: tables named more than once: {duplicated}")
+    return manifest
+
+
+class Table:
+    """One manifest entry with its runs, read and checked against the protocol."""
+
+    def __init__(self, entry: dict[str, Any], root: Path) -> None:
+        self.entry = entry
+        self.name: str = entry["name"]
+        self.kind: str = entry.get("kind", "comparison")
+        self.baseline: str = entry["baseline"]
+        self.envs: list[str] = entry["envs"]
+        self.folder = root / entry["data"]
+        self.points: dict[str, list[EvalPoint]] = {}
+        self.records: dict[str, list[dict[str, Any]]] = {}
+        for env in self.envs:
+            csv_path = self.folder / f"{env}.csv"
+            if not csv_path.is_file():
+                continue
+            points = read_csv(csv_path)
+            records = read_run_records(self.folder, env)
+            missing = sorted({(p.algo, p.seed) for p in points} - set(records))
+            if missing:
+                raise ProtocolError(f"table {self.name}: runs without their record in {self.folder}/runs/{env}: {missing}")
+            self.points[env] = points
+            self.records[env] = [records[key] for key in sorted({(p.algo, p.seed) for p in points})]
+        every = [record for records in self.records.values() for record in records]
+        check_comparison(every, f"table {self.name}")
+        if entry.get("reporting", True):
+            check_reporting_seeds([record["seed"] for record in every], f"table {self.name}")
+
+    @property
+    def measured(self) -> bool:
+        return bool(self.points)
+
+    def summary(self, env: str) -> dict[str, Any]:
+        """The env's statistics (``threshold_summary``) at the runs' budget, with the published target."""
+        record = self.records[env][0]
+        base_algo = re.sub(r"\[.*$", "", self.baseline)
+        published = self.entry.get("published", PUBLISHED_RETURNS.get((base_algo, env)))
+        step_budget = None if record.get("max_seconds") else record.get("steps")
+        return threshold_summary(self.points[env], None, self.baseline, step_budget=step_budget, published=published)
+
+    def settings_line(self) -> str:
+        """Budget, evaluation grid and policy, seeds, machine, software, date and the runs' commands."""
+        every = [record for records in self.records.values() for record in records]
+        first = every[0]
+        budget = f"{first['max_seconds']:g} s of training" if first.get("max_seconds") else f"{first['steps']} steps"
+        grid = f"every {first['eval_seconds']:g} s of training" if first.get("eval_seconds") else f"every {first['eval_freq']} steps"
+        machine = first["machine"]
+        software = machine.get("software", {})
+        versions = ", ".join(f"{name} {software.get(name)}" for name in ("torch", "stable_baselines3", "gymnasium") if software)
+        dates = sorted({record["finished"][:10] for record in every})
+        seeds = sorted({record["seed"] for record in every})
+        commits = sorted({record["commit"][:7] + ("+dirty" if record["commit"].endswith("+dirty") else "") for record in every})
+        commands = sorted({re.sub(r"--first-seed \d+ ", "", record["command"]).replace(" --seeds 1", "") for record in every})
+        lines = [
+            f"Budget {budget}; {first['eval_episodes']} {first['eval_policy']} evaluation episodes {grid} (the same "
+            f"grid for every algo); seeds {', '.join(map(str, seeds))}; {machine['name']}, torch threads "
+            f"{first['torch_threads']} per run, {first['jobs']} run(s) at a time; {versions}; commit(s) "
+            f"{', '.join(commits)}; {' to '.join([dates[0], dates[-1]] if len(dates) > 1 else dates)}.",
+            f"Recipe: [{self.entry['recipe']}]({relative(self.entry['page'], self.entry['recipe'])}); each run: "
+            + "; ".join(f"`{command}`" for command in commands),
+        ]
+        return "  \n".join(lines)
+
+
+def relative(page: str, target: str) -> str:
+    """``target`` (relative to the repository) as a link from ``page``."""
+    depth = len(Path(page).parent.parts)
+    return "../" * depth + target
+
+
+def ratio_cell(paired: dict[str, Any], key: str) -> str:
+    """``median [min, max]`` of the paired ratios, with the seeds that never got there (censored) counted."""
+    stats = paired[key]
+    if stats["n"] == 0:
+        return "-"
+    text = f"{stats['median']:.2f}" if stats["n"] == 1 else f"{stats['median']:.2f} [{stats['min']:.2f}, {stats['max']:.2f}]"
+    notes = []
+    if paired["censored"]:
+        notes.append(f"ours censored in {paired['censored']}")
+    if paired["baseline_censored"]:
+        notes.append(f"baseline censored in {paired['baseline_censored']}")
+    return text + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def return_cell(stats: dict[str, Any]) -> str:
+    if stats.get("median") is None:
+        return "-"
+    median, low, high = (score(stats[key]) for key in ("median", "min", "max"))
+    return median if stats["n"] == 1 else f"{median} [{low}, {high}]"
+
+
+def iqm_cell(stats: dict[str, Any]) -> str:
+    if stats.get("iqm") is None or stats.get("iqm_ci95") is None:
+        return "-"
+    low, high = stats["iqm_ci95"]
+    return f"{score(stats['iqm'])} [{score(low)}, {score(high)}]"
+
+
+def probability_cell(estimate: dict[str, float] | None) -> str:
+    if not estimate:
+        return "-"
+    return f"{estimate['p']:.2f} [{estimate['low']:.2f}, {estimate['high']:.2f}]"
+
+
+def compared(entry: dict[str, Any]) -> dict[str, Any]:
+    return entry["budget_eval"] if "budget_eval" in entry else entry["final_eval"]
+
+
+def comparison_table(table: Table) -> str:
+    lines: list[str] = []
+    for env in table.envs:
+        if env not in table.points:
+            lines += [f"**{env}**: {NOT_YET}.", ""]
+            continue
+        summary = table.summary(env)
+        targets = summary.get("targets", {})
+        header = ["algo", "seeds", "return at the budget", "IQM [95% CI]", f"P(better than {table.baseline}) [95% CI]"]
+        for name, target in targets.items():
+            label = f"{table.baseline}'s median {score(target)}" if name == "baseline_median" else f"published {score(target)}"
+            header += [f"steps to {label}: ratio", f"time to {label}: ratio"]
+        lines += [f"**{env}**", "", "| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+        for algo, entry in sorted(summary["algos"].items(), key=lambda item: (item[0] != table.baseline, item[0])):
+            returns = compared(entry)
+            row = [f"`{algo}`", str(len(entry["seeds"])), return_cell(returns), iqm_cell(returns)]
+            row.append("-" if algo == table.baseline else probability_cell(entry.get("improvement_vs_baseline")))
+            for name in targets:
+                paired = entry.get("to_return", {}).get(name)
+                row += ["(baseline)", "(baseline)"] if paired is None else [ratio_cell(paired, "steps_ratio"), ratio_cell(paired, "wall_ratio")]
+            lines.append("| " + " | ".join(row) + " |")
+        lines += ["", per_seed_lines(summary, table.baseline), ""]
+    lines.append(table.settings_line())
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def per_seed_lines(summary: dict[str, Any], baseline: str) -> str:
+    """Each seed's return at the budget and its steps and seconds to the baseline's median (c: censored)."""
+    cells = []
+    for algo, entry in sorted(summary["algos"].items(), key=lambda item: (item[0] != baseline, item[0])):
+        values = entry.get("budget_eval_mean", entry["final_eval_mean"])
+        returns = ", ".join(f"{seed}: {score(value)}" for seed, value in zip(entry["seeds"], values, strict=True))
+        cells.append(f"`{algo}` {returns}")
+        paired = entry.get("to_return", {}).get("baseline_median")
+        if paired:
+            steps = ", ".join(
+                f"{item['seed']}: {item['steps']}{'c' if item['censored'] else ''} / {item['baseline_steps']}"
+                f"{'c' if item['baseline_censored'] else ''} steps, {item['wall_seconds']:.0f} / "
+                f"{item['baseline_wall_seconds']:.0f} s"
+                for item in paired["per_seed"]
+            )
+            cells.append(f"`{algo}` to the baseline's median, ours / baseline's (c: never got there, counted at the budget): {steps}")
+    return "Per seed: " + "; ".join(cells) + "."
+
+
+def run_scores(table: Table, env: str, summary: dict[str, Any]) -> dict[str, dict[int, float]]:
+    return {
+        algo: {
+            seed: value
+            for seed, value in zip(entry["seeds"], entry.get("budget_eval_mean", entry["final_eval_mean"]), strict=True)
+            if value is not None
+        }
+        for algo, entry in summary["algos"].items()
+    }
+
+
+def atari_table(table: Table, write_files: bool) -> str:
+    games = [env for env in table.envs if env in table.points]
+    scores = {env: run_scores(table, env, table.summary(env)) for env in games}
+    algos = sorted({algo for by_algo in scores.values() for algo in by_algo}, key=lambda algo: (algo != table.baseline, algo))
+    header = ["game", *(f"`{algo}` return" for algo in algos), *(f"`{algo}` human-normalised" for algo in algos), "seeds"]
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    for env in table.envs:
+        if env not in scores:
+            lines.append("| " + " | ".join([atari_game(env), *([NOT_YET] + ["-"] * (2 * len(algos) - 1)), "-"]) + " |")
+            continue
+        raw = [spread_cell(list(scores[env].get(algo, {}).values())) for algo in algos]
+        normalised = [
+            spread_cell([human_normalized(env, value) for value in scores[env].get(algo, {}).values()], digits=3) for algo in algos
+        ]
+        seeds = sorted({seed for by_seed in scores[env].values() for seed in by_seed})
+        lines.append("| " + " | ".join([atari_game(env), *raw, *normalised, ", ".join(map(str, seeds))]) + " |")
+    complete = [env for env in games if all(len(scores[env].get(algo, {})) >= 3 for algo in algos)]
+    lines.append("")
+    if complete:
+        matrices = {algo: normalised_matrix(scores, complete, algo) for algo in algos}
+        aggregate = [
+            f"`{algo}` {iqm_text(iqm_with_interval(matrix))}" for algo, matrix in matrices.items()
+        ]
+        lines.append(f"IQM of human-normalised scores over the games with 3 seeds or more ({', '.join(map(atari_game, complete))}): "
+                     + "; ".join(aggregate) + ".")
+        for algo in algos:
+            if algo != table.baseline:
+                estimate = probability_of_improvement(matrices[algo], matrices[table.baseline])
+                lines.append(f"P(`{algo}` better than `{table.baseline}`) over those games: {probability_cell(estimate)}.")
+        if write_files:
+            plot_performance_profiles(matrices, table.folder / "profile.png", "human-normalised score (tau)")
+        lines.append(f"Performance profile: [profile.png]({relative(table.entry['page'], str(Path(table.entry['data']) / 'profile.png'))}).")
+    else:
+        lines.append("No game has 3 seeds of every algorithm yet: no aggregate across games.")
+    lines += ["", table.settings_line()] if games else ["", f"Recipe: {table.entry['recipe']}."]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def normalised_matrix(scores: dict[str, dict[str, dict[int, float]]], games: list[str], algo: str) -> np.ndarray:
+    """``(runs, games)`` human-normalised scores: each game's seeds sorted, cut to the fewest any game has."""
+    columns = [sorted(human_normalized(env, value) for value in scores[env][algo].values()) for env in games]
+    runs = min(len(column) for column in columns)
+    return np.array([column[:runs] for column in columns]).T
+
+
+def iqm_text(estimate: dict[str, float] | None) -> str:
+    return "-" if estimate is None else f"{estimate['iqm']:.3f} [{estimate['low']:.3f}, {estimate['high']:.3f}]"
+
+
+def spread_cell(values: list[float], digits: int | None = None) -> str:
+    if not values:
+        return "-"
+    form = (lambda value: f"{value:.{digits}f}") if digits is not None else score
+    median = form(float(np.median(values)))
+    return median if len(values) == 1 else f"{median} [{form(min(values))}, {form(max(values))}]"
+
+
+def readme_table(manifest: dict[str, Any], tables: dict[str, Table]) -> str:
+    """The README's rows: each from its table, or marked as not yet re-measured."""
+    header = ["algorithm", "environment", "budget", "result", "against", "paired ratio (median [min, max] over seeds)", "seeds"]
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    for row in manifest["readme"]:
+        table = tables[row["table"]]
+        env, algo = row["env"], row["algo"]
+        cells = [row["algorithm"], env, row["budget"]]
+        if env not in table.points:
+            cells += [NOT_YET, row["against"], "-", "-"]
+        else:
+            summary = table.summary(env)
+            entry, base = summary["algos"].get(algo), summary["algos"].get(table.baseline)
+            if entry is None or base is None:
+                cells += [NOT_YET, row["against"], "-", "-"]
+            else:
+                paired = entry.get("to_return", {}).get(row.get("target", "baseline_median"))
+                measure = row.get("measure", "steps")
+                ratio = ratio_cell(paired, f"{measure}_ratio") if paired else "-"
+                target = summary["targets"].get(row.get("target", "baseline_median"))
+                cells += [
+                    return_cell(compared(entry)),
+                    f"{row['against']} {return_cell(compared(base))}",
+                    f"{ratio} the {'steps' if measure == 'steps' else 'time'} to {score(target)}",
+                    str(len(entry["seeds"])),
+                ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def render_blocks(manifest: dict[str, Any], root: Path, write_files: bool) -> dict[str, dict[str, str]]:
+    """Per page, each block's generated text."""
+    tables = {entry["name"]: Table(entry, root) for entry in manifest["tables"]}
+    pages: dict[str, dict[str, str]] = {}
+    for name, table in tables.items():
+        if table.kind == "atari":
+            text = atari_table(table, write_files)
+        elif not table.measured:
+            text = f"{NOT_YET.capitalize()}: the recipe is [{table.entry['recipe']}]({relative(table.entry['page'], table.entry['recipe'])}).\n"
+        else:
+            text = comparison_table(table)
+        pages.setdefault(table.entry["page"], {})[name] = text
+    pages.setdefault("README.md", {})["readme-results"] = readme_table(manifest, tables)
+    return pages
+
+
+def replace_blocks(text: str, blocks: dict[str, str], page: str) -> str:
+    found = {match.group("name") for match in BLOCK.finditer(text)}
+    missing = sorted(set(blocks) - found)
+    if missing:
+        raise ProtocolError(f"{page} has no block for {missing}: add <!-- generated: NAME --> ... <!-- end generated: NAME -->")
+    unknown = sorted(found - set(blocks))
+    if unknown:
+        raise ProtocolError(f"{page} has blocks the manifest does not list: {unknown}")
+    return BLOCK.sub(lambda match: match.group(1) + blocks[match.group("name")] + match.group(4), text)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 where a page differs")
+    parser.add_argument("--manifest", type=Path, default=MANIFEST)
+    parser.add_argument("--root", type=Path, default=REPO_ROOT, help="the repository the pages and data are in")
+    args = parser.parse_args(argv)
+    try:
+        pages = render_blocks(load_manifest(args.manifest), args.root, write_files=not args.check)
+        drift = []
+        for page, blocks in pages.items():
+            path = args.root / page
+            old = path.read_text()
+            new = replace_blocks(old, blocks, page)
+            if new == old:
+                continue
+            if args.check:
+                diff = difflib.unified_diff(old.splitlines(), new.splitlines(), f"{page} (as committed)", f"{page} (generated)", lineterm="")
+                drift.append("\n".join(list(diff)[:60]))
+            else:
+                path.write_text(new)
+                print(f"wrote {page}")
+    except ProtocolError as error:
+        raise SystemExit(f"error: {error}") from None
+    if drift:
+        print("\n\n".join(drift), file=sys.stderr)
+        raise SystemExit("error: the pages differ from what `python -m benchmarks tables` writes: run it and commit")
+
+
+if __name__ == "__main__":
+    main()
