@@ -8,7 +8,9 @@ Score matrices are ``(runs, tasks)``: one row per seed, one column per environme
 one environment).
 """
 
+import contextlib
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -25,10 +27,23 @@ def _rliable():
     return library, metrics
 
 
+@contextlib.contextmanager
+def _seeded_global_numpy() -> Iterator[None]:
+    """rliable's resampling draws its indices from numpy's global generator (whatever ``random_state`` it is given):
+    seed it for the bootstrap, then give the caller its own state back."""
+    state = np.random.get_state()
+    np.random.seed(0)
+    try:
+        with warnings.catch_warnings():  # arch's FutureWarning about RandomState
+            warnings.simplefilter("ignore", FutureWarning)
+            yield
+    finally:
+        np.random.set_state(state)
+
+
 def _interval_estimates(score_dict: dict, function, reps: int) -> tuple[dict, dict]:
     library, _ = _rliable()
-    with warnings.catch_warnings():  # arch's FutureWarning about RandomState: the seeded state is what we want
-        warnings.simplefilter("ignore", FutureWarning)
+    with _seeded_global_numpy():
         return library.get_interval_estimates(
             score_dict, function, reps=reps, confidence_interval_size=CONFIDENCE, random_state=np.random.RandomState(0)
         )
@@ -87,9 +102,7 @@ def plot_performance_profiles(score_dict: dict[str, np.ndarray], path: Path, xla
     matrices = {algo: as_matrix(scores) for algo, scores in score_dict.items()}
     every = np.concatenate([matrix.ravel() for matrix in matrices.values()])
     taus = np.linspace(min(0.0, float(every.min())), float(every.max()) * 1.05 + 1e-9, 101)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        np.random.seed(0)  # rliable's profile bootstrap draws from numpy's global generator
+    with _seeded_global_numpy():
         profiles, intervals = library.create_performance_profile(matrices, taus, reps=BOOTSTRAP_REPS)
     figure, axis = plt.subplots(figsize=(7, 4.5))
     plot_utils.plot_performance_profiles(

@@ -93,6 +93,10 @@ class Table:
         if entry.get("reporting", True):
             check_reporting_seeds([record["seed"] for record in every], f"table {self.name}")
 
+    def link(self, target: str) -> str:
+        """``target`` (relative to the repository) as a link from the table's page."""
+        return relative(self.entry["page"], target)
+
     @property
     def measured(self) -> bool:
         return bool(self.points)
@@ -105,18 +109,33 @@ class Table:
         step_budget = None if record.get("max_seconds") else record.get("steps")
         return threshold_summary(self.points[env], None, self.baseline, step_budget=step_budget, published=published)
 
+    def atari_matrices(self) -> dict[str, np.ndarray]:
+        """Per algo, the ``(runs, games)`` human-normalised scores of the games where every algo has 3 seeds or more."""
+        scores = {env: run_scores(self.summary(env)) for env in self.envs if env in self.points}
+        algos = {algo for by_algo in scores.values() for algo in by_algo}
+        complete = [env for env in scores if all(len(scores[env].get(algo, {})) >= 3 for algo in algos)]
+        return {algo: normalised_matrix(scores, complete, algo) for algo in sorted(algos)} if complete else {}
+
     def settings_line(self) -> str:
         """Budget, evaluation grid and policy, seeds, machine, software, date and the runs' commands."""
         every = [record for records in self.records.values() for record in records]
         first = every[0]
         budget = f"{first['max_seconds']:g} s of training" if first.get("max_seconds") else f"{first['steps']} steps"
-        grid = f"every {first['eval_seconds']:g} s of training" if first.get("eval_seconds") else f"every {first['eval_freq']} steps"
+        grid = (
+            f"every {first['eval_seconds']:g} s of training"
+            if first.get("eval_seconds")
+            else f"every {first['eval_freq']} steps"
+        )
         machine = first["machine"]
         software = machine.get("software", {})
-        versions = ", ".join(f"{name} {software.get(name)}" for name in ("torch", "stable_baselines3", "gymnasium") if software)
+        versions = ", ".join(
+            f"{name} {software.get(name)}" for name in ("torch", "stable_baselines3", "gymnasium") if software
+        )
         dates = sorted({record["finished"][:10] for record in every})
         seeds = sorted({record["seed"] for record in every})
-        commits = sorted({record["commit"][:7] + ("+dirty" if record["commit"].endswith("+dirty") else "") for record in every})
+        commits = sorted(
+            {record["commit"][:7] + ("+dirty" if record["commit"].endswith("+dirty") else "") for record in every}
+        )
         commands = sorted({re.sub(r"--first-seed \d+ ", "", record["command"]).replace(" --seeds 1", "") for record in every})
         lines = [
             f"Budget {budget}; {first['eval_episodes']} {first['eval_policy']} evaluation episodes {grid} (the same "
@@ -192,7 +211,11 @@ def comparison_table(table: Table) -> str:
             row.append("-" if algo == table.baseline else probability_cell(entry.get("improvement_vs_baseline")))
             for name in targets:
                 paired = entry.get("to_return", {}).get(name)
-                row += ["(baseline)", "(baseline)"] if paired is None else [ratio_cell(paired, "steps_ratio"), ratio_cell(paired, "wall_ratio")]
+                row += (
+                    ["(baseline)", "(baseline)"]
+                    if paired is None
+                    else [ratio_cell(paired, "steps_ratio"), ratio_cell(paired, "wall_ratio")]
+                )
             lines.append("| " + " | ".join(row) + " |")
         lines += ["", per_seed_lines(summary, table.baseline), ""]
     lines.append(table.settings_line())
@@ -214,11 +237,14 @@ def per_seed_lines(summary: dict[str, Any], baseline: str) -> str:
                 f"{item['baseline_wall_seconds']:.0f} s"
                 for item in paired["per_seed"]
             )
-            cells.append(f"`{algo}` to the baseline's median, ours / baseline's (c: never got there, counted at the budget): {steps}")
+            cells.append(
+                f"`{algo}` to the baseline's median, ours / baseline's (c: never got there, counted at the budget): {steps}"
+            )
     return "Per seed: " + "; ".join(cells) + "."
 
 
-def run_scores(table: Table, env: str, summary: dict[str, Any]) -> dict[str, dict[int, float]]:
+def run_scores(summary: dict[str, Any]) -> dict[str, dict[int, float]]:
+    """Per algo, each seed's compared return."""
     return {
         algo: {
             seed: value
@@ -231,7 +257,7 @@ def run_scores(table: Table, env: str, summary: dict[str, Any]) -> dict[str, dic
 
 def atari_table(table: Table, write_files: bool) -> str:
     games = [env for env in table.envs if env in table.points]
-    scores = {env: run_scores(table, env, table.summary(env)) for env in games}
+    scores = {env: run_scores(table.summary(env)) for env in games}
     algos = sorted({algo for by_algo in scores.values() for algo in by_algo}, key=lambda algo: (algo != table.baseline, algo))
     header = ["game", *(f"`{algo}` return" for algo in algos), *(f"`{algo}` human-normalised" for algo in algos), "seeds"]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
@@ -241,7 +267,8 @@ def atari_table(table: Table, write_files: bool) -> str:
             continue
         raw = [spread_cell(list(scores[env].get(algo, {}).values())) for algo in algos]
         normalised = [
-            spread_cell([human_normalized(env, value) for value in scores[env].get(algo, {}).values()], digits=3) for algo in algos
+            spread_cell([human_normalized(env, value) for value in scores[env].get(algo, {}).values()], digits=3)
+            for algo in algos
         ]
         seeds = sorted({seed for by_seed in scores[env].values() for seed in by_seed})
         lines.append("| " + " | ".join([atari_game(env), *raw, *normalised, ", ".join(map(str, seeds))]) + " |")
@@ -249,18 +276,19 @@ def atari_table(table: Table, write_files: bool) -> str:
     lines.append("")
     if complete:
         matrices = {algo: normalised_matrix(scores, complete, algo) for algo in algos}
-        aggregate = [
-            f"`{algo}` {iqm_text(iqm_with_interval(matrix))}" for algo, matrix in matrices.items()
-        ]
-        lines.append(f"IQM of human-normalised scores over the games with 3 seeds or more ({', '.join(map(atari_game, complete))}): "
-                     + "; ".join(aggregate) + ".")
+        aggregate = [f"`{algo}` {iqm_text(iqm_with_interval(matrix))}" for algo, matrix in matrices.items()]
+        lines.append(
+            f"IQM of human-normalised scores over the games with 3 seeds or more ({', '.join(map(atari_game, complete))}): "
+            + "; ".join(aggregate)
+            + "."
+        )
         for algo in algos:
             if algo != table.baseline:
                 estimate = probability_of_improvement(matrices[algo], matrices[table.baseline])
                 lines.append(f"P(`{algo}` better than `{table.baseline}`) over those games: {probability_cell(estimate)}.")
         if write_files:
             plot_performance_profiles(matrices, table.folder / "profile.png", "human-normalised score (tau)")
-        lines.append(f"Performance profile: [profile.png]({relative(table.entry['page'], str(Path(table.entry['data']) / 'profile.png'))}).")
+        lines.append(f"Performance profile: [profile.png]({table.link(str(Path(table.entry['data']) / 'profile.png'))}).")
     else:
         lines.append("No game has 3 seeds of every algorithm yet: no aggregate across games.")
     lines += ["", table.settings_line()] if games else ["", f"Recipe: {table.entry['recipe']}."]
@@ -286,34 +314,63 @@ def spread_cell(values: list[float], digits: int | None = None) -> str:
     return median if len(values) == 1 else f"{median} [{form(min(values))}, {form(max(values))}]"
 
 
-def readme_table(manifest: dict[str, Any], tables: dict[str, Table]) -> str:
+def readme_table(manifest: dict[str, Any], tables: dict[str, "Table"]) -> str:
     """The README's rows: each from its table, or marked as not yet re-measured."""
-    header = ["algorithm", "environment", "budget", "result", "against", "paired ratio (median [min, max] over seeds)", "seeds"]
+    header = [
+        "algorithm",
+        "environment",
+        "budget",
+        "result",
+        "against",
+        "paired ratio (median [min, max] over seeds)",
+        "seeds",
+    ]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     for row in manifest["readme"]:
-        table = tables[row["table"]]
-        env, algo = row["env"], row["algo"]
-        cells = [row["algorithm"], env, row["budget"]]
-        if env not in table.points:
-            cells += [NOT_YET, row["against"], "-", "-"]
+        cells = [row["algorithm"], row["env"], row["budget"]]
+        table = tables.get(row.get("table", ""))
+        if table is not None and table.kind == "atari":
+            cells += atari_row(table, row)
+        elif table is not None and row["env"] in table.points:
+            cells += comparison_row(table, row)
         else:
-            summary = table.summary(env)
-            entry, base = summary["algos"].get(algo), summary["algos"].get(table.baseline)
-            if entry is None or base is None:
-                cells += [NOT_YET, row["against"], "-", "-"]
-            else:
-                paired = entry.get("to_return", {}).get(row.get("target", "baseline_median"))
-                measure = row.get("measure", "steps")
-                ratio = ratio_cell(paired, f"{measure}_ratio") if paired else "-"
-                target = summary["targets"].get(row.get("target", "baseline_median"))
-                cells += [
-                    return_cell(compared(entry)),
-                    f"{row['against']} {return_cell(compared(base))}",
-                    f"{ratio} the {'steps' if measure == 'steps' else 'time'} to {score(target)}",
-                    str(len(entry["seeds"])),
-                ]
+            cells += [NOT_YET, row["against"], "-", "-"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def comparison_row(table: "Table", row: dict[str, Any]) -> list[str]:
+    """Result, baseline, paired ratio to the baseline's median return and seeds of one README row."""
+    summary = table.summary(row["env"])
+    entry, base = summary["algos"].get(row["algo"]), summary["algos"].get(table.baseline)
+    if entry is None or base is None:
+        return [NOT_YET, row["against"], "-", "-"]
+    target_name = row.get("target", "baseline_median")
+    paired = entry.get("to_return", {}).get(target_name)
+    measure = row.get("measure", "steps")
+    ratio = ratio_cell(paired, f"{measure}_ratio") if paired else "-"
+    target = summary["targets"].get(target_name)
+    return [
+        return_cell(compared(entry)),
+        f"{row['against']} {return_cell(compared(base))}",
+        f"{ratio} the {'steps' if measure == 'steps' else 'time'} to {score(target)}",
+        str(len(entry["seeds"])),
+    ]
+
+
+def atari_row(table: "Table", row: dict[str, Any]) -> list[str]:
+    """IQM of human-normalised scores of ours and of the baseline, and the probability of improvement."""
+    matrices = table.atari_matrices()
+    if not matrices or row["algo"] not in matrices:
+        return [NOT_YET, row["against"], "-", "-"]
+    ours, base = matrices[row["algo"]], matrices[table.baseline]
+    improvement = probability_cell(probability_of_improvement(ours, base))
+    return [
+        f"IQM human-normalised {iqm_text(iqm_with_interval(ours))}",
+        f"{row['against']} {iqm_text(iqm_with_interval(base))}",
+        f"P(better) {improvement}",
+        str(ours.shape[0]),
+    ]
 
 
 def render_blocks(manifest: dict[str, Any], root: Path, write_files: bool) -> dict[str, dict[str, str]]:
@@ -324,11 +381,12 @@ def render_blocks(manifest: dict[str, Any], root: Path, write_files: bool) -> di
         if table.kind == "atari":
             text = atari_table(table, write_files)
         elif not table.measured:
-            text = f"{NOT_YET.capitalize()}: the recipe is [{table.entry['recipe']}]({relative(table.entry['page'], table.entry['recipe'])}).\n"
+            text = f"{NOT_YET.capitalize()}: the recipe is [{table.entry['recipe']}]({table.link(table.entry['recipe'])}).\n"
         else:
             text = comparison_table(table)
         pages.setdefault(table.entry["page"], {})[name] = text
     pages.setdefault("README.md", {})["readme-results"] = readme_table(manifest, tables)
+    pages.setdefault("docs/results.md", {})["results-summary"] = readme_table(manifest, tables)
     return pages
 
 
@@ -336,7 +394,9 @@ def replace_blocks(text: str, blocks: dict[str, str], page: str) -> str:
     found = {match.group("name") for match in BLOCK.finditer(text)}
     missing = sorted(set(blocks) - found)
     if missing:
-        raise ProtocolError(f"{page} has no block for {missing}: add <!-- generated: NAME --> ... <!-- end generated: NAME -->")
+        raise ProtocolError(
+            f"{page} has no block for {missing}: add <!-- generated: NAME --> ... <!-- end generated: NAME -->"
+        )
     unknown = sorted(found - set(blocks))
     if unknown:
         raise ProtocolError(f"{page} has blocks the manifest does not list: {unknown}")
@@ -359,7 +419,9 @@ def main(argv: list[str] | None = None) -> None:
             if new == old:
                 continue
             if args.check:
-                diff = difflib.unified_diff(old.splitlines(), new.splitlines(), f"{page} (as committed)", f"{page} (generated)", lineterm="")
+                diff = difflib.unified_diff(
+                    old.splitlines(), new.splitlines(), f"{page} (as committed)", f"{page} (generated)", lineterm=""
+                )
                 drift.append("\n".join(list(diff)[:60]))
             else:
                 path.write_text(new)

@@ -62,7 +62,7 @@ def test_runs_from_different_machines_are_never_paired():
     points += curve("ppo", 0, [(0, 0), (2000, 100)], 1e-3, machine="gpu-box")
     summary = threshold_summary(points, threshold=100, baseline="ppo")
     ratio = summary["algos"]["impact"]["steps_ratio_vs_baseline"]
-    assert ratio.items() >= {"median": 0.25, "min": 0.25, "max": 0.25, "n": 1, "iqm_ci95": [0.25, 0.25]}.items()
+    assert ratio.items() >= {"median": 0.25, "min": 0.25, "max": 0.25, "n": 1, "iqm": 0.25}.items()
 
 
 def test_without_a_threshold_only_returns_are_summarized():
@@ -227,21 +227,24 @@ def test_the_report_lists_every_evaluation_of_every_run_up_to_the_budget(tmp_pat
         main([str(tmp_path / "Env-v0.json"), "--evaluations", "--across-envs"])
 
 
-def test_interquartile_mean_and_its_bootstrap_interval_against_a_direct_computation():
-    from benchmarks.summary import interquartile_mean, iqm_confidence_interval, spread
+def test_interquartile_mean_and_its_rliable_interval_against_a_direct_computation():
+    from benchmarks.statistics import iqm_with_interval
+    from benchmarks.summary import interquartile_mean, spread
 
     values = [5.0, 1.0, 100.0, 3.0, 2.0, 4.0, -50.0, 6.0]
     middle = sorted(values)[2:6]  # 8 runs: the 2 lowest and 2 highest are cut
     assert interquartile_mean(np.array(values)) == pytest.approx(np.mean(middle))
-    low, high = iqm_confidence_interval(values)
-    assert min(values) <= low <= interquartile_mean(np.array(values)) <= high <= max(values)
-    assert iqm_confidence_interval(values) == (low, high)  # seeded
-    # The bootstrap by hand: resample the runs with replacement, IQM of each, 2.5% and 97.5% percentiles.
+    estimate = iqm_with_interval(values)
+    assert estimate["iqm"] == pytest.approx(np.mean(middle))
+    low, high = estimate["low"], estimate["high"]
+    assert min(values) <= low <= estimate["iqm"] <= high <= max(values)
+    assert iqm_with_interval(values) == estimate  # seeded
+    # One task: the stratified bootstrap resamples the runs with replacement; the 2.5% and 97.5% percentiles by hand.
     rng = np.random.default_rng(1)
     resampled = [interquartile_mean(rng.choice(values, size=len(values))) for _ in range(4000)]
     assert low == pytest.approx(np.percentile(resampled, 2.5), abs=1.0)
     assert high == pytest.approx(np.percentile(resampled, 97.5), abs=1.0)
-    assert spread([7.0, None, math.inf])["iqm_ci95"] == [7.0, 7.0] and spread([None])["iqm"] is None
+    assert spread([7.0, None, math.inf], interval=True)["iqm_ci95"] == [7.0, 7.0] and spread([None])["iqm"] is None
 
 
 def test_return_at_wall_checkpoints():
@@ -495,11 +498,17 @@ def test_merge_puts_side_by_side_invocations_into_one_table(tmp_path, capsys):
     assert summary["seeds"] == [0, 1] and summary["machine"] == current and "warning" not in capsys.readouterr().err
     assert summary["algos"]["impact"]["final_eval"]["median"] == 25.0 and (out / "CartPole-v1.png").is_file()
 
-    # Another machine's folder is warned about and kept as an earlier sitting; a missing folder stops it.
+    # Another machine's folder is refused for a table that compares algorithms, naming the difference, and nothing
+    # is written; for a one-algorithm table it is warned about and kept as an earlier sitting.
     other = table("c", [("ppo", 2, 14.0, "ok")], older)
-    run_module.main([*argv, "--merge", str(other)])
+    before = (out / "CartPole-v1.csv").read_text()
+    with pytest.raises(SystemExit, match=r"compares algorithms.*another machine or software.*Other CPU x2"):
+        run_module.main([*argv, "--merge", str(other)])
+    assert (out / "CartPole-v1.csv").read_text() == before
+    alone = table("alone", [("ppo", 0, 10.0, "ok")], current)
+    run_module.main(["--algos", "ppo", "--env", "CartPole-v1", "--steps", "1000", "--out", str(alone), "--merge", str(other)])
     assert "warning: --merge" in capsys.readouterr().err
-    assert json.loads((out / "CartPole-v1.json").read_text())["machine"]["earlier_sittings"] == [current]
+    assert json.loads((alone / "CartPole-v1.json").read_text())["machine"]["earlier_sittings"] == [current]
     with pytest.raises(SystemExit, match="does not exist"):
         run_module.main([*argv, "--merge", str(tmp_path / "missing")])
 

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The results page's tables under the protocol (docs/guide/benchmarks.md, "Protocol"): reporting seeds from 100,
+# both algorithms of a table in one invocation on one machine, the same evaluation grid for all, run records kept.
+# Each line writes CSV/JSON/PNG and runs/ into $OUT/TABLE; the data folders of benchmarks/tables.yml are these
+# folders, copied under docs/benchmarks/protocol/. Then `python -m benchmarks tables` writes the pages.
+# A table may span sittings on the same machine kind and software: rerun its line with --first-seed N --seeds K
+# --append (the runner refuses an --append or --merge from another machine or software).
+# Step-based lines may share the machine (two at a time, one torch thread each); wall-clock lines run alone.
+set -euo pipefail
+OUT=${OUT:-results/protocol}
+STEPS_1M=(--steps 1000000 --eval-freq 20000 --eval-episodes 10 --jobs 1 --torch-threads 1)
+
+# PPO's Hopper baseline: rl-zoo3's Hopper-v4 entry on Hopper-v5 and on Hopper-v4 itself, and SB3's PPO defaults with
+# VecNormalize (the settings of CleanRL's and the PPO paper's MuJoCo runs), one seed each first (step-based).
+# PPO_DEFAULTS is that variant, for the later lines.
+PPO_DEFAULTS='ppo[n_steps=2048,batch_size=64,gamma=0.99,learning_rate=lin_3e-4,ent_coef=0.0,clip_range=0.2,n_epochs=10,gae_lambda=0.95,max_grad_norm=0.5,vf_coef=0.5,policy_kwargs=dict()]'
+python -m benchmarks run --algos ppo "ppo[n_steps=2048,batch_size=64,gamma=0.99,learning_rate=lin_3e-4,ent_coef=0.0,clip_range=0.2,n_epochs=10,gae_lambda=0.95,max_grad_norm=0.5,vf_coef=0.5,policy_kwargs=dict()]" \
+    --env Hopper-v5 Hopper-v4 --first-seed 100 --seeds 1 --steps 1000000 --eval-freq 20000 --eval-episodes 10 --jobs 1 \
+    --torch-threads 1 --out "$OUT/ppo_hopper_baseline"
+
+# V-RACER against SB3 PPO at 1M steps (step-based).
+python -m benchmarks run --algos ppo vracer --env HalfCheetah-v5 --first-seed 100 --seeds 3 "${STEPS_1M[@]}" \
+    --out "$OUT/vracer_ppo_halfcheetah_1m"
+python -m benchmarks run --algos "$PPO_DEFAULTS" vracer --env Hopper-v5 --first-seed 100 --seeds 3 "${STEPS_1M[@]}" \
+    --out "$OUT/vracer_ppo_hopper_1m"
+
+# PPO-AMBER's steps to PPO's 1M-step return (step-based).
+python -m benchmarks run --algos ppo ppo_amber --env HalfCheetah-v5 Walker2d-v5 --first-seed 100 --seeds 3 \
+    "${STEPS_1M[@]}" --out "$OUT/ppo_amber_ppo_1m"
+
+# PTR-PPO under the Atari protocol: 160k steps (the paper's Table 2 budget), 10 stochastic whole games every 20k.
+python -m benchmarks run --algos ppo ptr_ppo --env AtlantisNoFrameskip-v4 QbertNoFrameskip-v4 UpNDownNoFrameskip-v4 \
+    BreakoutNoFrameskip-v4 --first-seed 100 --seeds 3 --steps 160000 --eval-freq 20000 --eval-episodes 10 --jobs 1 \
+    --torch-threads 1 --out "$OUT/ptr_ppo_atari"
+
+# Wall-clock lines: alone on the machine, one run at a time, PyTorch's default threads.
+python -m benchmarks run --algos sac vracer --env HalfCheetah-v5 --first-seed 100 --seeds 3 --steps 10000000 \
+    --max-seconds 1200 --eval-seconds 60 --eval-episodes 10 --out "$OUT/vracer_sac_halfcheetah_20min"
+python -m benchmarks run --algos ppo impact --env HalfCheetah-v5 --first-seed 100 --seeds 3 --steps 10000000 \
+    --max-seconds 600 --eval-seconds 30 --eval-episodes 10 --out "$OUT/impact_ppo_600s"
+python -m benchmarks run --algos "$PPO_DEFAULTS" impact --env Hopper-v5 --first-seed 100 --seeds 3 --steps 10000000 \
+    --max-seconds 600 --eval-seconds 30 --eval-episodes 10 --out "$OUT/impact_ppo_hopper_600s"
+python -m benchmarks run --algos ppo impala --env HalfCheetah-v5 --first-seed 100 --seeds 3 --steps 100000000 \
+    --max-seconds 600 --eval-seconds 30 --eval-episodes 10 --out "$OUT/impala_ppo_600s"

@@ -1,0 +1,240 @@
+"""
+The protocol the benchmark runner and the tables command enforce (docs/guide/benchmarks.md, "Protocol"): the pages'
+generated tables match the data (the drift test), each refusal names its cause, ratios are paired by seed against the
+baseline's own steps and time to the same return, censored where a run never gets there.
+"""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from benchmarks import run as run_module
+from benchmarks import tables
+from benchmarks.output import EvalPoint, machine_description, write_csv
+from benchmarks.protocol import (
+    ProtocolError,
+    check_comparison,
+    check_eval_settings,
+    check_reporting_seeds,
+    eval_policy,
+    human_normalized,
+    write_run_record,
+)
+from benchmarks.summary import paired_to_return, threshold_summary
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def record(algo: str, env: str, seed: int, **changes) -> dict:
+    base = {
+        "algo": algo,
+        "env": env,
+        "seed": seed,
+        "status": "ok",
+        "error": "",
+        "steps": 4000,
+        "max_seconds": None,
+        "eval_freq": 1000,
+        "eval_seconds": None,
+        "eval_episodes": 10,
+        "eval_policy": eval_policy(env),
+        "torch_threads": 1,
+        "jobs": 1,
+        "device": "cpu",
+        "hyperparams": "test",
+        "commit": "0123456789abcdef",
+        "machine": machine_description(),
+        "command": f"python -m benchmarks run --algos {algo} --env {env} --seeds 1 --first-seed {seed}",
+        "finished": "2026-11-26T00:00:00+0000",
+    }
+    return {**base, **changes}
+
+
+def write_table(folder: Path, env: str, curves: dict[tuple[str, int], list[float]], changes: dict | None = None) -> None:
+    """Runs evaluated at 0, 1000, ... steps (1 s of training per 1000 steps) with their records (``changes``: per
+    (algo, seed), the record's fields that differ)."""
+    changes = changes or {}
+    points = [
+        EvalPoint(algo, env, seed, 1000 * index, float(index), value, 0.0, machine="m")
+        for (algo, seed), values in curves.items()
+        for index, value in enumerate(values)
+    ]
+    write_csv(points, folder / f"{env}.csv")
+    for algo, seed in curves:
+        write_run_record(folder, record(algo, env, seed, **changes.get((algo, seed), {})))
+
+
+def repository(tmp_path: Path, entries: list[dict], readme_rows: list[dict]) -> Path:
+    """A repository root with a manifest, the pages with their empty blocks, and the data folders' parents."""
+    manifest = {"tables": entries, "readme": readme_rows}
+    (tmp_path / "benchmarks").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "benchmarks" / "tables.yml").write_text(yaml.safe_dump(manifest))
+    blocks = {"README.md": ["readme-results"], "docs/results.md": ["results-summary"]}
+    for entry in entries:
+        blocks.setdefault(entry["page"], []).append(entry["name"])
+    for page, names in blocks.items():
+        (tmp_path / page).parent.mkdir(parents=True, exist_ok=True)
+        text = "".join(f"## {name}\n\n<!-- generated: {name} -->\n<!-- end generated: {name} -->\n\n" for name in names)
+        (tmp_path / page).write_text(text)
+    return tmp_path
+
+
+def entry(name: str, envs: list[str], **extra) -> dict:
+    return {"name": name, "page": "docs/results.md", "data": f"data/{name}", "envs": envs, "baseline": "ppo",
+            "recipe": "benchmarks/recipes/protocol.sh", **extra}  # fmt: skip
+
+
+def tables_main(root: Path, *options: str) -> None:
+    tables.main(["--root", str(root), "--manifest", str(root / "benchmarks" / "tables.yml"), *options])
+
+
+@pytest.mark.timeout(600)
+def test_the_pages_match_what_the_tables_command_writes():
+    """The drift test: README.md's and docs/results.md's generated blocks are exactly what the data give."""
+    tables.main(["--check"])
+
+
+def test_a_hand_edited_block_fails_the_check_and_the_command_restores_it(tmp_path):
+    root = repository(tmp_path, [entry("x", ["Env-v0"])], [{"algorithm": "X", "env": "Env-v0", "budget": "4k steps",
+                                                           "table": "x", "algo": "impact", "against": "PPO"}])  # fmt: skip
+    curves = {("ppo", 100): [0, 5, 10, 20, 30], ("impact", 100): [0, 20, 30, 40, 50]}
+    write_table(root / "data" / "x", "Env-v0", curves)
+    tables_main(root)
+    tables_main(root, "--check")
+    readme = (root / "README.md").read_text()
+    assert "| X | Env-v0 | 4k steps | 50.0 | PPO 30.0 |" in readme
+    (root / "README.md").write_text(readme.replace("| 50.0 |", "| 55.0 |"))
+    with pytest.raises(SystemExit, match="differ from what"):
+        tables_main(root, "--check")
+    tables_main(root)
+    assert (root / "README.md").read_text() == readme
+
+
+def test_a_comparison_table_pairs_by_seed_and_shows_censored_runs(tmp_path):
+    root = repository(tmp_path, [entry("x", ["Env-v0"], published=45.0)], [])
+    curves = {
+        ("ppo", 100): [0, 5, 10, 20, 30],  # the baseline's returns at the budget: 30, 40, 20 -> median 30
+        ("ppo", 101): [0, 10, 30, 35, 40],
+        ("ppo", 102): [0, 5, 10, 15, 20],
+        ("impact", 100): [0, 30, 30, 30, 30],  # 30 at 1000 steps, the baseline's seed 100 at 4000: 0.25
+        ("impact", 101): [0, 10, 20, 25, 28],  # never 30: censored at its 4000 steps, over the baseline's 2000: 2.0
+        ("impact", 102): [0, 31, 50, 50, 50],  # 1000 steps, the baseline never (censored at 4000): 0.25
+    }
+    write_table(root / "data" / "x", "Env-v0", curves)
+    tables_main(root)
+    page = (root / "docs" / "results.md").read_text()
+    assert "| `impact` | 3 | 30.0 [28.0, 50.0] |" in page
+    assert "0.25 [0.25, 2.00] (ours censored in 1; baseline censored in 1)" in page  # steps to ppo's median 30
+    assert "published 45.0" in page and "seeds 100, 101, 102" in page
+    assert "101: 4000c / 2000 steps" in page and "102: 1000 / 4000c steps" in page
+
+
+def test_paired_ratios_are_against_the_baselines_own_steps_to_the_same_return():
+    by_run = {
+        ("ppo", 100, "m"): [EvalPoint("ppo", "E", 100, s, s / 1000, r, 0) for s, r in [(0, 0), (1000, 5), (2000, 10)]],
+        ("x", 100, "m"): [EvalPoint("x", "E", 100, s, s / 500, r, 0) for s, r in [(0, 0), (1000, 10), (2000, 12)]],
+    }
+    paired = paired_to_return(by_run, "x", "ppo", 10.0, step_budget=2000)
+    assert paired["per_seed"][0]["steps_ratio"] == 0.5 and paired["per_seed"][0]["wall_ratio"] == 1.0
+    assert paired["censored"] == 0 and paired["baseline_censored"] == 0
+    # Not the ratio to the baseline's budget: the summary reports no such figure.
+    points = [point for run in by_run.values() for point in run]
+    summary = threshold_summary(points, None, "ppo", step_budget=2000, published=11.0)
+    assert summary["targets"] == {"baseline_median": 10.0, "published": 11.0}
+    published = summary["algos"]["x"]["to_return"]["published"]["per_seed"][0]
+    assert published["steps"] == 2000 and not published["censored"] and published["baseline_censored"]
+    assert summary["algos"]["x"]["improvement_vs_baseline"]["p"] == 1.0
+
+
+def test_tables_refuse_old_seeds_missing_records_and_runs_that_differ(tmp_path):
+    curves = {("ppo", 100): [0, 1], ("impact", 100): [0, 2]}
+    root = repository(tmp_path / "seeds", [entry("x", ["Env-v0"])], [])
+    write_table(root / "data" / "x", "Env-v0", {("ppo", 1): [0, 1], ("impact", 1): [0, 2]})
+    with pytest.raises(SystemExit, match=r"reports seeds \[1\]: reporting seeds start at 100"):
+        tables_main(root)
+    root = repository(tmp_path / "records", [entry("x", ["Env-v0"])], [])
+    write_table(root / "data" / "x", "Env-v0", curves)
+    (root / "data" / "x" / "runs" / "Env-v0" / "impact_seed100.json").unlink()
+    with pytest.raises(SystemExit, match=r"runs without their record.*\('impact', 100\)"):
+        tables_main(root)
+    for change, cause in [
+        ({"eval_episodes": 5}, "eval_episodes differs"),
+        ({"eval_freq": 2000}, "eval_freq differs"),
+        ({"machine": {**machine_description(), "name": "Other CPU x2"}}, "machine differs"),
+        ({"machine": {**machine_description(), "software": {"torch": "2.0.0"}}}, "torch differs"),
+    ]:
+        root = repository(tmp_path / cause.split()[0], [entry("x", ["Env-v0"])], [])
+        write_table(root / "data" / "x", "Env-v0", curves, {("impact", 100): change})
+        with pytest.raises(SystemExit, match=cause):
+            tables_main(root)
+
+
+def test_the_protocol_checks_name_their_cause():
+    check_reporting_seeds([100, 101], "t")
+    with pytest.raises(ProtocolError, match=r"seeds \[0, 99\]"):
+        check_reporting_seeds([0, 99, 100], "t")
+    one_algo = [record("ppo", "E", 100), record("ppo", "E", 101, eval_episodes=3)]
+    check_comparison(one_algo, "t")  # nothing compared
+    with pytest.raises(ProtocolError, match="eval_episodes differs: 10 \\(ppo seed 100\\); 3 \\(sac seed 101\\)"):
+        check_comparison([record("ppo", "E", 100), record("sac", "E", 101, eval_episodes=3)], "t")
+    assert eval_policy("BreakoutNoFrameskip-v4") == "stochastic" and eval_policy("Hopper-v5") == "deterministic"
+    check_eval_settings(["BreakoutNoFrameskip-v4"], 10)
+    check_eval_settings(["BreakoutNoFrameskip-v4"], 0)  # throughput runs evaluate nothing
+    with pytest.raises(ProtocolError, match="at least 10 whole games"):
+        check_eval_settings(["Hopper-v5", "BreakoutNoFrameskip-v4"], 5)
+    assert human_normalized("QbertNoFrameskip-v4", 163.9) == 0.0
+    assert human_normalized("ALE/Breakout-v5", 30.5) == pytest.approx(1.0)
+    with pytest.raises(ProtocolError, match="no random/human reference scores for 'Tennis'"):
+        human_normalized("TennisNoFrameskip-v4", 1.0)
+
+
+def test_the_runner_evaluates_atari_stochastically_and_refuses_few_games(tmp_path):
+    pytest.importorskip("ale_py")
+    args = run_module.parse_args(["--algos", "ppo", "--env", "BreakoutNoFrameskip-v4", "Pendulum-v1", "--out", str(tmp_path)])
+    assert [spec.deterministic for spec in run_module.run_specs(args)][::3] == [False, True]
+    with pytest.raises(SystemExit, match="at least 10 whole games"):
+        run_module.main(["--algos", "ppo", "--env", "BreakoutNoFrameskip-v4", "--eval-episodes", "3", "--out", str(tmp_path)])
+
+
+def test_append_refuses_a_comparison_whose_kept_runs_differ_and_records_survive_summarize(tmp_path):
+    write_table(tmp_path, "CartPole-v1", {("ppo", 100): [0, 1], ("impact", 100): [0, 2]})
+    argv = ["--algos", "ppo", "--env", "CartPole-v1", "--first-seed", "101", "--seeds", "1", "--out", str(tmp_path)]
+    with pytest.raises(SystemExit, match=r"--append to CartPole-v1's table compares algorithms.*eval_episodes differs"):
+        run_module.main([*argv, "--append", "--steps", "4000", "--eval-freq", "1000", "--eval-episodes", "5"])
+    before = {path.name: path.read_text() for path in (tmp_path / "runs" / "CartPole-v1").iterdir()}
+    run_module.main(["--algos", "ppo", "impact", "--env", "CartPole-v1", "--summarize", "--eval-episodes", "3",
+                     "--eval-freq", "7", "--out", str(tmp_path)])  # fmt: skip
+    summary = json.loads((tmp_path / "CartPole-v1.json").read_text())
+    assert summary["eval_episodes"] == 10 and summary["eval_freq"] == 1000 and "--eval-episodes 10" in summary["command"]
+    assert {path.name: path.read_text() for path in (tmp_path / "runs" / "CartPole-v1").iterdir()} == before
+    assert len(summary["runs"]) == 2
+
+
+def test_an_atari_table_gives_human_normalised_scores_an_iqm_and_a_profile(tmp_path):
+    games = ["QbertNoFrameskip-v4", "BreakoutNoFrameskip-v4"]
+    root = repository(tmp_path, [entry("atari", games, kind="atari")], [
+        {"algorithm": "PTR-PPO", "env": "Qbert, Breakout", "budget": "4k steps", "table": "atari", "algo": "ptr_ppo",
+         "against": "PPO"}])  # fmt: skip
+    rng = np.random.default_rng(0)
+    for game, scale in zip(games, (500.0, 10.0), strict=True):
+        curves = {(algo, seed): [0, *(rng.uniform(0, scale) * (2 if algo == "ptr_ppo" else 1) for _ in range(4))]
+                  for algo in ("ppo", "ptr_ppo") for seed in (100, 101, 102)}  # fmt: skip
+        write_table(root / "data" / "atari", game, curves)
+    tables_main(root)
+    page = (root / "docs" / "results.md").read_text()
+    assert "| Qbert |" in page and "| Breakout |" in page and "IQM of human-normalised scores" in page
+    assert "stochastic evaluation episodes" in page and (root / "data" / "atari" / "profile.png").is_file()
+    assert "IQM human-normalised" in (root / "README.md").read_text()
+
+
+def test_a_manifest_table_without_its_block_is_refused(tmp_path):
+    root = repository(tmp_path, [entry("x", ["Env-v0"])], [])
+    text = (root / "docs" / "results.md").read_text()
+    (root / "docs" / "results.md").write_text(text.replace("<!-- generated: x -->\n<!-- end generated: x -->\n", ""))
+    with pytest.raises(SystemExit, match=r"has no block for \['x'\]"):
+        tables_main(root)
+    shutil.rmtree(root / "docs")
