@@ -18,6 +18,7 @@ version = release
 extensions = [
     "myst_parser",
     "sphinx.ext.autodoc",
+    "sphinx.ext.mathjax",
     "sphinx.ext.napoleon",
     "sphinx.ext.viewcode",
 ]
@@ -27,7 +28,8 @@ root_doc = "index"
 exclude_patterns = ["_build", "benchmarks"]
 
 myst_heading_anchors = 4
-myst_enable_extensions = ["colon_fence"]
+# dollarmath: $...$ and $$...$$ math (guide/equations.md), rendered by MathJax.
+myst_enable_extensions = ["colon_fence", "dollarmath"]
 # Pages link to repository files that are not pages (benchmark CSVs, recipes, source files): they are plain
 # links on GitHub, and tests/test_docs.py checks that each one exists. Links between pages are still checked.
 suppress_warnings = ["myst.xref_missing"]

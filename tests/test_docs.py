@@ -63,3 +63,32 @@ def test_every_class_has_a_page_with_the_fixed_sections():
 
 def test_readme_is_short():
     assert len((REPO_ROOT / "README.md").read_text().splitlines()) < 150
+
+
+# A citation of a path outside the repository (the machine's papers folder, its README) means nothing to a reader
+# of the repository: docstrings, comments and pages cite docs/guide/equations.md instead.
+OUT_OF_REPOSITORY_CITATIONS = ["/work/", "shared/papers", "papers README", "../shared/"]
+ALGORITHM_PAGES = ["impact", "impala", "ppo_amber", "vracer", "ptr_ppo", "sac_refer", "td3_refer"]
+
+
+def test_no_citation_outside_the_repository_and_every_algorithm_page_links_the_equations():
+    files = [REPO_ROOT / "README.md", *(REPO_ROOT / "sb3_impact").rglob("*"), *DOCS.rglob("*")]
+    excluded = [DOCS / "_build", DOCS / "benchmarks"]
+    offenders = []
+    for path in files:
+        if not path.is_file() or path.suffix in {".pyc", ".so"} or any(folder in path.parents for folder in excluded):
+            continue
+        try:
+            lines = path.read_text().splitlines()
+        except UnicodeDecodeError:
+            continue
+        for number, line in enumerate(lines, start=1):
+            found = [pattern for pattern in OUT_OF_REPOSITORY_CITATIONS if pattern in line]
+            if found:
+                offenders.append(f"{path.relative_to(REPO_ROOT)}:{number}: {found}")
+    assert not offenders, "cite docs/guide/equations.md, not a path outside the repository:\n" + "\n".join(offenders)
+    assert (DOCS / "guide" / "equations.md").is_file()
+    unlinked = [
+        name for name in ALGORITHM_PAGES if "../guide/equations.md" not in (DOCS / "algorithms" / f"{name}.md").read_text()
+    ]
+    assert not unlinked, f"algorithm pages without a link to guide/equations.md: {unlinked}"

@@ -317,7 +317,8 @@ def test_segment_with_truncation_equals_its_two_pieces():
 def slow_surrogate(log_pi: list[float], log_ref: list[float], advantages: list[float], eps: float) -> float:
     """
     Eq. (22) as a loss, one sample at a time: -mean(min(r A, clip(r, 1 - eps, 1 + eps) A)) with r = pi / pi_ref (eq. 4),
-    r formed from the log-ratio clamped to [-MAX_LOG_RATIO, MAX_LOG_RATIO] (papers README: ratios are exp(log - log)).
+    r formed from the log-ratio clamped to [-MAX_LOG_RATIO, MAX_LOG_RATIO] (docs/guide/equations.md, "Importance
+    ratios": ratios are exp(log - log)).
     """
     total = 0.0
     for lp, lq, a in zip(log_pi, log_ref, advantages, strict=True):
@@ -528,9 +529,10 @@ def slow_vtrace_with_episode_ends(
     log_mu, log_pi, rewards, values, bootstrap, final_values, terminations, truncations, gamma, rho_bar, c_bar, pg_rho_bar, lam
 ):
     """
-    IMPALA eq. (1) as a sum over t that stops at the end of the episode, with the bootstrap rules of the papers
-    README: after a termination the next value is 0, after a truncation it is V(final observation), at the end of
-    the segment it is V(x_T). Ratios from log-probabilities, one float at a time.
+    IMPALA eq. (1) as a sum over t that stops at the end of the episode, with the bootstrap rules of
+    docs/guide/equations.md ("Episode ends and bootstrapping"): after a termination the next value is 0, after a
+    truncation it is V(final observation), at the end of the segment it is V(x_T). Ratios from log-probabilities,
+    one float at a time.
     """
     n_steps, n_envs = rewards.shape
     vs = np.zeros((n_steps, n_envs))

@@ -18,9 +18,9 @@ Conventions, shared by every function here:
   taken in log space). Neither ever exponentiates a large number, so ratios spanning many orders of
   magnitude stay finite.
 
-Equations are cited from the papers in ``/work/shared/papers`` (and their README, which fixes the typos):
-IMPALA (Espeholt et al., 2018), AMBER (Han & Sung, 2017), PTR-PPO (Liang et al., 2021) and ReF-ER / V-RACER
-(Novati & Koumoutsakos, 2019).
+Equations are cited by their numbers in the papers: IMPALA (Espeholt et al., 2018), AMBER (Han & Sung, 2017),
+PTR-PPO (Liang et al., 2021) and ReF-ER / V-RACER (Novati & Koumoutsakos, 2019). docs/guide/equations.md writes
+each one out, with the project's decision wherever a paper is ambiguous or has a typo.
 """
 
 import math
@@ -88,7 +88,7 @@ def vtrace(
 ) -> tuple[th.Tensor, th.Tensor]:
     """
     V-trace value targets and policy-gradient advantages for a batch of segments (IMPALA eq. 1 and
-    section 4.2; papers README "V-trace").
+    section 4.2; docs/guide/equations.md, "V-trace (IMPALA)").
 
     With ``rho_t = min(rho_bar, pi/mu)``, ``c_t = lambda * min(c_bar, pi/mu)`` and
     ``delta_t = rho_t (r_t + gamma_t V(x_{t+1}) - V(x_t))``:
@@ -160,7 +160,7 @@ def fold_truncation_bootstrap(
 ) -> tuple[th.Tensor, th.Tensor]:
     """
     Turn per-step episode ends into the ``(rewards, discounts)`` that :func:`vtrace` and
-    :func:`gae_with_episode_ends` expect (papers README, "Bootstrapping").
+    :func:`gae_with_episode_ends` expect (docs/guide/equations.md, "Episode ends and bootstrapping").
 
     - ``terminated``: the MDP ended, the discount is 0.
     - ``truncated`` (time limit): the MDP did not end, so ``gamma * V(final observation)`` is added to
@@ -251,7 +251,7 @@ def clipped_surrogate(
     target_log_probs: th.Tensor, reference_log_probs: th.Tensor, advantages: th.Tensor, clip_range: float
 ) -> tuple[th.Tensor, th.Tensor]:
     """
-    PPO's clipped surrogate as a loss, PTR-PPO eq. (22) (PPO-AMBER eq. 3 / 7, IMPACT eq. 3 with its ratio's
+    PPO's clipped surrogate as a loss, PTR-PPO eq. (22) (PPO-AMBER eq. 3 / 7, IMPACT section 3.1 with its ratio's
     denominator): ``-mean(min(r_t A_t, clip(r_t, 1 - eps, 1 + eps) A_t))`` with
     ``r_t = exp(log pi_theta - log pi_ref)`` (PTR-PPO eq. 4) formed by :func:`clamped_ratio`, so that ``r_t``
     stays finite for any input. Returns the loss and the ratios ``r_t``.
@@ -293,7 +293,7 @@ def batch_average_is_weight(target_log_probs: th.Tensor, behaviour_log_probs: th
 #
 # so that ``Q_ret[t] = r_{t+1} + gamma * (V(s_{t+1}) + rho_bar_{t+1} (Q_ret[t+1] - V(s_{t+1})))`` (eq. 8).
 # At the last step of an episode ``V_tbc[T]`` is 0 if the episode terminated and ``V(s_T)`` (the value of
-# the final observation) if it was truncated by a time limit (papers README).
+# the final observation) if it was truncated by a time limit (docs/guide/equations.md, "V-RACER and ReF-ER").
 #
 # Storage convention: step ``t`` holds ``s_t``, ``a_t``, the reward ``r_{t+1}`` that followed ``a_t``, the last
 # computed ``V(s_t)`` and ``log rho_t``. Several episodes may be laid out one after another in flat arrays,
