@@ -197,11 +197,11 @@ def test_loss_stays_finite_with_extreme_ratios(algo, kwargs):
     collector = model._make_collector()
     segment = collector.get_segment()
     segment.behaviour_log_probs = np.where(np.arange(segment.size).reshape(segment.rewards.shape) % 2, -300.0, 50.0)
-    batch = TrainingBatch.from_segment(segment, model.device)
     model._on_learn_start(collector)
-    model._on_first_use(batch)
-    stats = model._train_step(batch)
-    assert all(np.isfinite(value) for value in stats.values())
+    model._store_segment(segment)  # as the segment loop does, then its train()
+    model.train()
+    assert model._n_updates > 0 and model._train_stats
+    assert all(np.isfinite(value) for values in model._train_stats.values() for value in values)
     assert all(th.isfinite(p).all() for p in model.policy.parameters())
 
 
@@ -325,7 +325,7 @@ def test_impala_value_passes_fit_the_critic_alone():
 def _impala_trained_on_one_segment(**kwargs):
     """
     A seeded IMPALA (sync collector, normalised advantages, ``kwargs``) after 64 steps, one fresh 32-sample batch,
-    and a copy of the policy taken before ``_train_step`` ran on that batch with ``np.random.seed(5)``.
+    and a copy of the policy taken before ``train()`` ran on that batch alone with ``np.random.seed(5)``.
     """
     import copy
 
@@ -333,11 +333,15 @@ def _impala_trained_on_one_segment(**kwargs):
     model = IMPALA("MlpPolicy", env, collector="sync", normalize_advantage=True, seed=0, **kwargs, **SMALL)
     model.learn(64)
     collector = model._make_collector()
-    batch = TrainingBatch.from_segment(collector.get_segment(), model.device)
+    segment = collector.get_segment()
     collector.close()
+    batch = TrainingBatch.from_segment(segment, model.device)
     reference = copy.deepcopy(model.policy)
+    model._on_learn_start(collector)
+    model._store_segment(segment)  # as the segment loop does, then its train(): one draw (n_epochs=1)
     np.random.seed(5)
-    model._train_step(batch)
+    model.train()
+    model._on_learn_end()
     return model, batch, reference
 
 

@@ -186,3 +186,16 @@ def test_circular_buffer_needs_a_batch_every_k_steps_in_steady_state():
 def test_circular_buffer_rejects_bad_sizes(size, reuse, name):
     with pytest.raises(ValueError, match=name):
         CircularBuffer(size, reuse)
+
+
+def test_collector_kwargs_given_to_load_are_checked_when_learn_builds_the_collector(tmp_path):
+    """The one check of ``collector_kwargs`` also covers options given to ``load()``: a clear error, never a hang."""
+    import gymnasium as gym
+
+    from sb3_impact import IMPACT
+
+    IMPACT("MlpPolicy", "CartPole-v1", n_steps=32).save(tmp_path / "model")
+    for options, error, cause in [({"queue_size": 0}, ValueError, "queue_size"), ({"bogus": 1}, TypeError, "bogus")]:
+        model = IMPACT.load(tmp_path / "model", env=gym.make("CartPole-v1"), collector_kwargs=options)
+        with pytest.raises(error, match=cause):
+            model.learn(64)

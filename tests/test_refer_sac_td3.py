@@ -141,6 +141,39 @@ def test_beta_follows_eq_12_and_far_steps_still_get_the_penalty(algo):
     assert any(p.grad is not None and p.grad.any() for p in model.actor.parameters())  # (1 - beta) grad D_KL
 
 
+@pytest.mark.parametrize("algo", ALGOS)
+def test_shared_critic_step_is_the_sb3_loss_on_near_steps(algo):
+    """``_refer_critic_step`` (SAC's and TD3's): ``scale * sum_i mean(near (Q_i - y)^2)``, far steps give no gradient."""
+    model = small(algo)
+    model.learn(60)
+    data = model.replay_buffer.sample(8)
+    near = th.tensor([[1.0], [0.0]] * 4)
+    target = th.randn(8, 1)
+    with th.no_grad():
+        squares = [((q - target) ** 2 * near).mean() for q in model.critic(data.observations, data.actions)]
+    state = {key: value.clone() for key, value in model.critic.state_dict().items()}
+    optimizer_state = model.critic.optimizer.state_dict()
+    loss = model._refer_critic_step(data, target, near, scale=0.5)
+    assert loss == pytest.approx(0.5 * float(sum(squares)), rel=1e-6)
+    gradients = [p.grad.clone() for p in model.critic.parameters()]
+    model.critic.load_state_dict(state)
+    model.critic.optimizer.load_state_dict(optimizer_state)
+    other_target = th.where(near.bool(), target, target + 10.0)  # only the far steps' targets move
+    model._refer_critic_step(data, other_target, near, scale=0.5)
+    for gradient, parameter in zip(gradients, model.critic.parameters(), strict=True):
+        th.testing.assert_close(parameter.grad, gradient)
+
+
+@pytest.mark.parametrize("algo, name", [(SACReFER, "SACReFER"), (TD3ReFER, "TD3ReFER")])
+def test_learn_names_the_tensorboard_run_after_the_algorithm(algo, name, monkeypatch):
+    sb3_class = algo.__mro__[2]  # SAC or TD3, after ReFERMixin
+    names = []
+    monkeypatch.setattr(sb3_class, "learn", lambda self, **kwargs: names.append(kwargs["tb_log_name"]) or self)
+    model = small(algo)
+    assert model.learn(10) is model and model.learn(10, tb_log_name="mine") is model
+    assert names == [name, "mine"]
+
+
 def test_actor_loss_is_eq_10():
     model = small(SACReFER)
     model.beta = 0.7

@@ -15,6 +15,7 @@ from torch import nn
 
 from sb3_impact import IMPACT, IMPALA
 from sb3_impact.common.collectors.sampler import SegmentSampler
+from sb3_impact.common.segment_loop import frozen_policy_copy
 from sb3_impact.common.training_batch import TrainingBatch
 
 from .algorithms import ALGO_IDS, ALGOS, SB3_LOOP_ALGOS, assert_finite_parameters, small
@@ -68,7 +69,7 @@ def test_vtrace_targets_of_a_training_policy_equal_those_in_eval_mode(algo):
     env = DummyVecEnv([lambda: gym.make("Pendulum-v1")])
     env.seed(0)
     model = algo("MlpPolicy", env, seed=0, **with_batch_norm(algo)).learn(32)
-    sampler = SegmentSampler(env, model._make_policy_copy("cpu"), 16, env.reset())
+    sampler = SegmentSampler(env, frozen_policy_copy(model.policy, "cpu"), 16, env.reset())
     batch = TrainingBatch.from_segment(sampler.collect(), model.device)
     with th.no_grad():
         target_log_probs = batch.behaviour_log_probs.flatten()

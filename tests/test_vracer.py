@@ -336,6 +336,98 @@ def test_memory_samples_uniformly_among_stored_steps():
     assert counts[list(valid)].min() > 8000 / 8 * 0.8 and counts[list(valid)].max() < 8000 / 8 * 1.2
 
 
+def random_columns(rng, n_steps, n_envs):
+    """Columns ``[T, B]`` of a vector segment: observation (column, t), episodes ending at random steps."""
+    observations = np.stack([[[column, t] for column in range(n_envs)] for t in range(n_steps)]).astype(np.float32)
+    dones = rng.random((n_steps, n_envs)) < 0.3
+    truncateds = dones & (rng.random((n_steps, n_envs)) < 0.5)
+    return dict(
+        observations=observations + rng.normal(size=observations.shape).astype(np.float32),
+        actions=rng.normal(size=(n_steps, n_envs, 1)),
+        rewards=rng.normal(size=(n_steps, n_envs)),
+        behaviour_params=rng.normal(size=(n_steps, n_envs, 2)).astype(np.float32),
+        values=rng.normal(size=(n_steps, n_envs)).astype(np.float32),
+        dones=dones,
+        truncateds=truncateds,
+        final_values=np.where(truncateds, rng.normal(size=(n_steps, n_envs)), 0.0).astype(np.float32),
+        next_observations=rng.normal(size=(n_envs, 2)).astype(np.float32),
+    )
+
+
+MEMORY_ARRAYS = ("actions", "rewards", "behaviour_params", "values", "q_ret", "is_first", "is_last", "last_values")
+
+
+@pytest.mark.parametrize("capacity", [1000, 12])  # 12: episodes are evicted, some longer than the memory lose steps
+def test_memory_add_segment_cuts_columns_at_episode_ends_as_step_by_step_adds_do(capacity):
+    """Segments of several steps (several episode ends per column, Ray env ids) store what one add per step stores."""
+    rng = np.random.default_rng(3)
+    env_ids = np.array([4, 1, 2])
+    by_segment, by_step = make_memory(capacity=capacity, n_envs=5), make_memory(capacity=capacity, n_envs=5)
+    for n_steps in (1, 9, 4, 13, 2):
+        columns = random_columns(rng, n_steps, 3)
+        final_indices = np.argwhere(columns["truncateds"])
+        finals = columns["observations"][tuple(final_indices.T)] + 100.0  # s_T of each truncated end, time-major
+        by_segment.add_segment(
+            columns["observations"],
+            columns["actions"],
+            columns["rewards"],
+            columns["behaviour_params"],
+            columns["values"],
+            columns["dones"],
+            columns["truncateds"],
+            finals if len(finals) else None,
+            final_indices,
+            columns["final_values"],
+            columns["next_observations"],
+            env_ids,
+        )
+        final_at = {tuple(index): final for index, final in zip(final_indices.tolist(), finals, strict=True)}
+        for t in range(n_steps):
+            after = columns["observations"][t + 1] if t + 1 < n_steps else columns["next_observations"]
+            by_step.add(
+                *(columns[key][t] for key in ("observations", "actions", "rewards", "behaviour_params", "values")),
+                columns["dones"][t],
+                columns["truncateds"][t],
+                [final_at.get((t, column)) for column in range(3)],
+                columns["final_values"][t],
+                after,
+                env_ids,
+            )
+    assert by_segment.n_episodes_added == by_step.n_episodes_added > 10
+    assert by_segment.n_steps_dropped == by_step.n_steps_dropped and by_segment.n_steps_evicted == by_step.n_steps_evicted
+    assert (by_segment.head, len(by_segment)) == (by_step.head, len(by_step))
+    for name in MEMORY_ARRAYS:
+        np.testing.assert_array_equal(getattr(by_segment, name), getattr(by_step, name), err_msg=name)
+    np.testing.assert_array_equal(by_segment.observations[""], by_step.observations[""])
+    for a, b in zip(by_segment.episodes, by_step.episodes, strict=True):
+        assert (a.start, a.length, a.truncated) == (b.start, b.length, b.truncated)
+        assert (a.final_observation is None) == (not a.truncated) and np.array_equal(a.final_observation, b.final_observation)
+    assert by_segment.n_staged_steps == by_step.n_staged_steps > 0
+    for env in env_ids:
+        np.testing.assert_array_equal(by_segment.staged_next_observations[env], by_step.staged_next_observations[env])
+
+
+def test_memory_pickled_with_per_step_staging_still_loads():
+    """A memory pickled when running episodes were staged as per-step tuples closes them as it did."""
+    memory = make_memory(capacity=20, n_envs=2)
+    add_episode(memory, 1, 3)
+    state = dict(memory.__dict__)
+    del state["staged"], state["device"]
+    steps = [({"": np.array([7.0, t], dtype=np.float32)}, np.array([0.1 * t]), float(t), np.zeros(2), 0.5) for t in range(4)]
+    state["staging"] = [steps, []]
+    state["staged_next_observations"] = [np.array([7.0, 4.0], dtype=np.float32), None]
+    old = EpisodeReplayMemory.__new__(EpisodeReplayMemory)
+    old.__setstate__(state)
+    assert old.n_staged_steps == 4 and old.device == th.device("cpu")
+    assert old.close_staged_episodes(lambda observations: np.full(len(observations), 2.0)) == 4
+    episode = old.episodes[-1]
+    assert (episode.length, episode.truncated) == (4, True) and old.last_values[(episode.start + 3) % 20] == 2.0
+    slots = (episode.start + np.arange(4)) % 20
+    np.testing.assert_array_equal(old.observations[""][slots, 1], [0, 1, 2, 3])
+    np.testing.assert_allclose(old.actions[slots, 0], [0.0, 0.1, 0.2, 0.3], rtol=1e-6)
+    np.testing.assert_array_equal(old.rewards[slots], [0, 1, 2, 3])
+
+
 # --- algorithm --------------------------------------------------------------------------------------
 
 
@@ -503,6 +595,19 @@ def test_save_and_load_replay_buffer_then_continue(tmp_path):
 
         save_to_pkl(tmp_path / "other.pkl", {"not": "a memory"})
         loaded.load_replay_buffer(tmp_path / "other.pkl")
+
+
+def test_replay_buffer_device_is_the_models_after_load_replay_buffer(tmp_path):
+    """SB3's buffers have ``.device`` (the model's; SB3's tests read it): so does the memory, also when loaded."""
+    model = small_model()
+    assert model.replay_buffer.device == model.device == th.device("cpu")
+    model.learn(250)
+    model.replay_buffer.device = th.device("cuda")  # as saved by a model on a GPU (no GPU needed to unpickle it)
+    model.save_replay_buffer(tmp_path / "memory.pkl")
+    loaded = small_model(seed=1)
+    loaded.load_replay_buffer(tmp_path / "memory.pkl")
+    assert loaded.replay_buffer.device == loaded.device == th.device("cpu")
+    assert len(loaded.replay_buffer) == len(model.replay_buffer)
 
 
 def test_second_learn_closes_running_episodes_as_truncated():

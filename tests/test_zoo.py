@@ -102,6 +102,31 @@ def test_rl_zoo3_train_and_enjoy_commands(algo, env_id, tmp_path):
 
 
 @pytest.mark.skipif(not hook_installed(), reason="needs the installed startup hook: pip install . (not -e)")
+@pytest.mark.timeout(330)  # its two commands' own limits: 2 x 150 s
+def test_optimize_prunes_a_trial_whose_settings_cannot_be_built(tmp_path):
+    """
+    ``-params n_steps:10`` keeps the yml's batch_size (64) above n_steps * n_envs (10 * 4): PPO-AMBER refuses to be
+    built. The trial is pruned with that reason and the study goes on. A first run gives the study a completed trial:
+    without one rl-zoo3 cannot name a best trial at the end (it raises, as for any study whose trials were all pruned).
+    """
+    import optuna
+
+    optimize = [sys.executable, "-m", "rl_zoo3.train", "--algo", "ppo_amber", "--env", "Pendulum-v1", "-optimize"]
+    optimize += ["--n-trials", "1", "-n", "64", "--n-evaluations", "1", "--eval-episodes", "1", "-f", "logs"]
+    optimize += ["--no-optim-plots", "--storage", "study.log", "--study-name", "amber"]
+    completed = run([*optimize, "-params", "n_steps:16", "collector:'sync'"], tmp_path, 150)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    pruned = run([*optimize, "-params", "n_steps:10"], tmp_path, 150)
+    assert pruned.returncode == 0, pruned.stderr[-3000:]
+    reason = "PPOAMBER cannot be built with this trial's settings: batch_size (64) must be <= n_steps * n_envs (10 * 4)"
+    assert f"Trial 1 pruned. {reason}" in pruned.stderr
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(tmp_path / "study.log")))
+    trials = optuna.load_study(study_name="amber", storage=storage).trials
+    assert [trial.state for trial in trials] == [optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED]
+    assert trials[1].user_attrs["pruned_reason"] == reason
+
+
+@pytest.mark.skipif(not hook_installed(), reason="needs the installed startup hook: pip install . (not -e)")
 def test_hook_opt_out_variable():
     code = "import rl_zoo3; print('impact' in rl_zoo3.ALGOS)"
     assert run([sys.executable, "-c", code], cwd=REPO_ROOT).stdout.strip() == "True"

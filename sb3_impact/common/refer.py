@@ -51,21 +51,29 @@ def annealed_lr_factor(refer_a: float, timestep: int) -> float:
     return 1.0 / (1.0 + refer_a * timestep)
 
 
-def is_near_policy(log_rhos: th.Tensor | np.ndarray, c_max: float) -> th.Tensor | np.ndarray:
-    """Rule 1: a sample is near-policy iff ``1 / c_max < rho < c_max``, i.e. ``|log rho| < log c_max``."""
-    return abs(log_rhos) < math.log(c_max)
+def log_c_max(c_max: float | th.Tensor) -> float | th.Tensor:
+    """``log c_max``, rule 1's bound on ``|log rho|`` (a 0-d tensor ``c_max``, as under ``torch.compile``, stays one)."""
+    return th.log(c_max) if isinstance(c_max, th.Tensor) else math.log(c_max)
+
+
+def is_near_policy(log_rhos: th.Tensor | np.ndarray, c_max: float | th.Tensor) -> th.Tensor | np.ndarray:
+    """
+    Rule 1: a sample is near-policy iff ``1 / c_max < rho < c_max``, i.e. ``|log rho| < log c_max``. The one place
+    the rule is written: the memories, the losses and :func:`far_fraction` call it.
+    """
+    return abs(log_rhos) < log_c_max(c_max)
 
 
 def far_fraction(log_rhos: np.ndarray, c_max: float, n_samples: int | None = None) -> float:
     """
-    ``n_far / N``: the fraction of far-policy samples among ``log_rhos`` (rule 2, eq. 12).
+    ``n_far / N``: the fraction of far-policy samples (not :func:`is_near_policy`) among ``log_rhos`` (rule 2, eq. 12).
 
     ``n_samples`` overrides ``N`` when ``log_rhos`` holds padding (padding must be 0: near-policy).
     """
     n = len(log_rhos) if n_samples is None else n_samples
     if n == 0:
         return 0.0
-    return float(np.count_nonzero(np.abs(log_rhos) >= math.log(c_max))) / n
+    return float(np.count_nonzero(~is_near_policy(np.asarray(log_rhos), c_max))) / n
 
 
 def update_beta(beta: float, far_fraction: float, refer_d: float, learning_rate: float) -> float:

@@ -26,13 +26,14 @@ penalty only competes with the actor's objective (as in the paper's DDPG).
 
 import math
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import numpy as np
 import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.buffers import ReplayBuffer
 from stable_baselines3.common.logger import Logger
+from stable_baselines3.common.type_aliases import MaybeCallback
 from stable_baselines3.common.vec_env import VecNormalize
 
 from sb3_impact.common.observations import check_finite_final_observations, check_finite_step
@@ -44,6 +45,8 @@ from sb3_impact.common.refer import (
     is_near_policy,
     update_beta,
 )
+
+SelfReFER = TypeVar("SelfReFER", bound="ReFERMixin")
 
 LOG_2 = math.log(2.0)
 # Actions on the bounds of [-1, 1] (tanh saturation in float32) are moved inside before atanh.
@@ -234,13 +237,15 @@ class ReFERMixin(ABC):
     The constructor takes ReF-ER's constants and passes everything else to the SB3 class, with a
     :class:`ReFERReplayBuffer`; ``refused_arguments`` lists the SB3 arguments that only have one valid value.
     The algorithm class provides :meth:`_behaviour` (the Gaussian of the acting policy) and calls
-    :meth:`_refer_weights`, :meth:`_refer_actor_loss` and :meth:`_refer_step_done` from its ``train``.
+    :meth:`_refer_weights`, :meth:`_refer_critic_step`, :meth:`_refer_actor_loss` and :meth:`_refer_step_done` from
+    its ``train``.
     """
 
     refused_arguments: ClassVar[dict[str, Any]] = {}
     # The coordinates of the stored behaviour points: "pre_tanh" (SAC) or "action" (TD3); see ReFERReplayBuffer.
     point_coordinates: ClassVar[str]
     replay_buffer: ReFERReplayBuffer
+    critic: Any
     num_timesteps: int
     learning_starts: int
     logger: Logger
@@ -328,6 +333,22 @@ class ReFERMixin(ABC):
         self._refer_stats["kl_mu_pi"].append(kl.mean().item())
         return near.reshape(-1, 1), kl.reshape(-1, 1)
 
+    def _refer_critic_step(
+        self, replay_data: ReFERReplayBufferSamples, target_q_values: th.Tensor, near: th.Tensor, scale: float = 1.0
+    ) -> float:
+        """
+        One step of the critic's optimiser on ``scale * sum_i mean(near * (Q_i(s, a) - target)^2)`` over its Q
+        networks: rule 1, far-policy steps give no critic gradient (``scale``: 0.5 as SB3's SAC, 1 as its TD3).
+        Returns the loss.
+        """
+        current_q_values = self.critic(replay_data.observations, replay_data.actions)
+        critic_loss = scale * sum((near * (current_q - target_q_values).pow(2)).mean() for current_q in current_q_values)
+        assert isinstance(critic_loss, th.Tensor)
+        self.critic.optimizer.zero_grad()
+        critic_loss.backward()
+        self.critic.optimizer.step()
+        return critic_loss.item()
+
     def _refer_actor_loss(self, actor_losses: th.Tensor, near: th.Tensor, kl: th.Tensor) -> th.Tensor:
         """Eq. 10 as a loss: ``beta * mean(near * L) + (1 - beta) * mean(D_KL)`` (rule 2 off: ``mean(near * L)``)."""
         if 2 not in self.refer_rules:
@@ -338,6 +359,25 @@ class ReFERMixin(ABC):
         """Eq. 12 after a gradient step, with the actor's learning rate as ``eta``."""
         if 2 in self.refer_rules:
             self.beta = update_beta(self.beta, self.replay_buffer.far_fraction(), self.refer_d, learning_rate)
+
+    def learn(
+        self: SelfReFER,
+        total_timesteps: int,
+        callback: MaybeCallback = None,
+        log_interval: int = 4,
+        tb_log_name: str | None = None,
+        reset_num_timesteps: bool = True,
+        progress_bar: bool = False,
+    ) -> SelfReFER:
+        """The SB3 class's ``learn``; the TensorBoard run is named after the class (``SACReFER``, ``TD3ReFER``) by default."""
+        return super().learn(  # type: ignore[misc]
+            total_timesteps=total_timesteps,
+            callback=callback,
+            log_interval=log_interval,
+            tb_log_name=type(self).__name__ if tb_log_name is None else tb_log_name,
+            reset_num_timesteps=reset_num_timesteps,
+            progress_bar=progress_bar,
+        )
 
     def _refer_reset_stats(self) -> None:
         self._refer_stats: dict[str, list[float]] = {"batch_near_fraction": [], "kl_mu_pi": []}

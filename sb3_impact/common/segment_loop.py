@@ -6,7 +6,7 @@ delivers (SB3's callbacks replayed step by step, the step counters, progress, po
 broadcast, each written once here) and leaves two hooks to the algorithm: :meth:`~SegmentLoopMixin._store_segment`
 (into its memory: a rollout buffer, a circular buffer, an episode memory) and
 :meth:`~SegmentLoopMixin._train_on_segment` (its loss). :class:`OnPolicySegmentMixin` adds SB3's on-policy
-surface (``rollout_buffer``, ``collect_rollouts``) on top of it.
+surface (``rollout_buffer``, ``collect_rollouts``, ``train()`` after each segment) on top of it.
 """
 
 import contextlib
@@ -41,6 +41,23 @@ from sb3_impact.common.segments import Segment
 OLD_COLLECTION_PARAMETERS = ("async_collection", "collector_queue_size", "num_workers", "envs_per_worker", "ray_address")
 
 
+def frozen_policy_copy(policy: BasePolicy, device: th.device | str) -> BasePolicy:
+    """
+    A copy of ``policy`` on ``device``, in evaluation mode and without gradients (a collector's policy, IMPACT's
+    target network).
+
+    Building it draws no random numbers from the global generator (it is forked around the construction), so that
+    a seeded run draws the same actions whatever the collector.
+    """
+    with th.random.fork_rng(devices=[]):
+        policy_copy = policy.__class__(**policy._get_constructor_parameters())
+    policy_copy.load_state_dict(policy.state_dict())
+    policy_copy = policy_copy.to(device)
+    policy_copy.set_training_mode(False)
+    policy_copy.requires_grad_(False)
+    return policy_copy
+
+
 class SegmentLoopMixin(ABC):
     """
     Mixed into an SB3 algorithm (before it in the bases) whose data comes from a ``collector``.
@@ -68,7 +85,10 @@ class SegmentLoopMixin(ABC):
     _n_updates: int
 
     def _init_collection(self, env: Any, collector: str | type[Collector], collector_kwargs: dict[str, Any] | None) -> Any:
-        """Check and store the collection parameters; returns the env to hand to SB3 (a factory is called)."""
+        """
+        Check the collection parameters (the one check of ``collector_kwargs``) and store them; returns the env to
+        hand to SB3 (a factory is called).
+        """
         # Where remote workers build their environments from: the id or factory the learner's env came from.
         worker_env = env if isinstance(env, str) or is_env_factory(env) else None
         collector_type = check_collector(collector, collector_kwargs)
@@ -147,30 +167,16 @@ class SegmentLoopMixin(ABC):
 
     # ------------------------------------------------------------------ the collector
 
-    def _make_policy_copy(self, device: th.device | str) -> BasePolicy:
-        """
-        A copy of the learner policy on ``device``, in evaluation mode and without gradients.
-
-        Building it draws no random numbers from the global generator (it is forked around the
-        construction), so that a seeded run draws the same actions whatever the collector.
-        """
-        with th.random.fork_rng(devices=[]):
-            policy_copy = self.policy.__class__(**self.policy._get_constructor_parameters())
-        policy_copy.load_state_dict(self.policy.state_dict())
-        policy_copy = policy_copy.to(device)
-        policy_copy.set_training_mode(False)
-        policy_copy.requires_grad_(False)
-        return policy_copy
-
     def _make_collector(self, segment_steps: int | None = None, env: VecEnv | None = None) -> Collector:
         """The collector of one learn() call (``segment_steps`` vector steps a segment; default the algorithm's)."""
         env = self.env if env is None else env
         assert env is not None
         if self._last_obs is None:
             self._last_obs = env.reset()
+        # The same check as at construction: collector_kwargs given to load() or set since are checked too.
         collector_type = check_collector(self.collector, self.collector_kwargs)
         # In the learner's thread the sampler steps the learner's own policy, as SB3's loops do.
-        policy = self.policy if collector_type.in_learner_thread else self._make_policy_copy("cpu")
+        policy = self.policy if collector_type.in_learner_thread else frozen_policy_copy(self.policy, "cpu")
         steps = self._segment_steps() if segment_steps is None else segment_steps
         sampler = SegmentSampler(env, policy, steps, self._last_obs, env_source=self.worker_env)
         sampler.policy_version = self._n_updates
@@ -326,6 +332,10 @@ class OnPolicySegmentMixin(SegmentLoopMixin):
 
     n_steps: int
     _last_episode_starts: np.ndarray
+
+    def _train_on_segment(self, segment: Segment) -> None:
+        """SB3's on-policy cycle: ``train()`` after each stored segment."""
+        self.train()  # type: ignore[attr-defined]
 
     @th.no_grad()
     def _predict_values(self, observations: Any) -> np.ndarray:

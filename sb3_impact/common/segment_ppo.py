@@ -85,9 +85,6 @@ class SegmentPPO(OnPolicySegmentMixin, PPO):
         self._fill_rollout_buffer(segment, self.rollout_buffer)
         self._last_segment = segment
 
-    def _train_on_segment(self, segment: Segment) -> None:
-        self.train()
-
     def learn(  # type: ignore[override]
         self: SelfSegmentPPO,
         total_timesteps: int,

@@ -1,6 +1,7 @@
 """The learner's view of one collected segment: :class:`TrainingBatch`, its tensors on the learner's device."""
 
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch as th
@@ -9,10 +10,20 @@ from stable_baselines3.common.type_aliases import TensorDict
 
 from sb3_impact.common.observations import (
     concatenate_observations,
+    index_observation,
     merge_time_and_envs,
     observations_to_tensor,
 )
 from sb3_impact.common.segments import Segment
+
+
+class Minibatch(NamedTuple):
+    """Samples of a :class:`TrainingBatch` (``indices`` into its flat time-major ``[T * B]`` samples), flat."""
+
+    indices: slice | th.Tensor
+    observations: th.Tensor | TensorDict
+    actions: th.Tensor
+    behaviour_log_probs: th.Tensor
 
 
 @dataclass
@@ -23,7 +34,9 @@ class TrainingBatch:
     Per-step tensors are time-major ``[T, B]``; ``observations``, ``actions`` and ``behaviour_params`` are
     flattened to ``[T * B, ...]`` in time-major order. ``bootstrap_observations`` holds the ``B`` observations
     after the segment followed by the final observations of truncated episodes
-    (at the ``(t, env)`` positions in ``final_observation_indices``).
+    (at the ``(t, env)`` positions in ``final_observation_indices``). ``targets`` is the algorithm's own record of
+    per-batch targets when it keeps them over several uses (IMPACT's, set at the batch's first use); ``uses`` and
+    ``last_use`` are the circular buffer's count.
     """
 
     observations: th.Tensor | TensorDict
@@ -38,10 +51,7 @@ class TrainingBatch:
     policy_version: int
     n_steps: int
     n_envs: int
-    target_log_probs: th.Tensor | None = None
-    target_params: th.Tensor | None = None
-    value_targets: th.Tensor | None = None
-    advantages: th.Tensor | None = None
+    targets: Any = None
     uses: int = 0
     last_use: bool = False
 
@@ -81,3 +91,26 @@ class TrainingBatch:
         if len(indices) > 0:
             final_values[indices[:, 0], indices[:, 1]] = values[self.n_envs :]
         return values[: self.n_envs], final_values
+
+    def minibatch_indices(self, batch_size: int | None) -> list[slice | th.Tensor]:
+        """
+        One pass over the batch in shuffled minibatches of ``batch_size`` samples: indices into its time-major
+        ``[T * B]`` samples (``[slice(None)]``: the whole batch in one step, also when ``batch_size`` is None). The
+        permutation is drawn over env-major positions, the order of SB3's rollout buffer, so that a seeded run takes
+        the same minibatches as SB3's PPO.
+        """
+        if batch_size is None or batch_size >= self.size:
+            return [slice(None)]
+        env_major = np.random.permutation(self.size)
+        time_major = (env_major % self.n_steps) * self.n_envs + env_major // self.n_steps
+        indices = th.as_tensor(time_major, device=self.rewards.device)
+        return [indices[start : start + batch_size] for start in range(0, self.size, batch_size)]
+
+    def minibatch(self, indices: slice | th.Tensor) -> Minibatch:
+        """The samples ``indices`` (from :meth:`minibatch_indices`) of the batch."""
+        return Minibatch(
+            indices,
+            index_observation(self.observations, indices),
+            self.actions[indices],
+            self.behaviour_log_probs.flatten()[indices],
+        )

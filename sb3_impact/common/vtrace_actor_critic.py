@@ -18,7 +18,7 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedul
 from sb3_impact.common.circular_buffer import CircularBuffer
 from sb3_impact.common.collectors import Collector
 from sb3_impact.common.distributions import check_action_space
-from sb3_impact.common.estimators import MAX_RATIO, clipped_ratio, fold_truncation_bootstrap, vtrace
+from sb3_impact.common.estimators import fold_truncation_bootstrap, vtrace
 from sb3_impact.common.modes import evaluation_mode, has_mode_dependent_layers
 from sb3_impact.common.observations import check_observation_space
 from sb3_impact.common.rollout_buffers import BehaviourRolloutBuffer, DictBehaviourRolloutBuffer
@@ -35,15 +35,14 @@ class VTraceActorCritic(OnPolicySegmentMixin, OnPolicyAlgorithm):
     segment loop (:class:`~sb3_impact.common.segment_loop.SegmentLoopMixin`).
 
     Each segment enters a :class:`CircularBuffer` of ``circular_buffer_size`` batches, each reused
-    ``max_batch_reuse`` times (IMPALA: 1 batch, ``n_epochs`` uses); after it the learner draws batches from the
-    buffer until a slot needs a new one, trains on each draw (:meth:`_train_step`: one pass over the batch in
-    shuffled minibatches of ``batch_size`` samples, one gradient step each; None: one step on the whole batch),
-    and publishes its weights to the collector every ``broadcast_interval`` draws. ``_n_updates`` counts draws,
-    as PPO's counts epochs; ``gradient_steps`` counts minibatch steps. ``rollout_buffer`` and
-    ``collect_rollouts`` are SB3's on-policy surface (the learner itself trains from the circular buffer).
+    ``max_batch_reuse`` times (IMPALA: 1 batch, ``n_epochs`` uses); after it the segment loop calls :meth:`train`,
+    which draws batches from the buffer until a slot needs a new one and trains on each draw (the subclass's loop:
+    passes, minibatches, its loss, the optimizer step), publishing the weights every ``broadcast_interval`` draws.
+    ``_n_updates`` counts draws, as PPO's counts epochs; ``gradient_steps`` counts minibatch steps.
 
-    Subclasses implement :meth:`_train_step` (the loss, through :meth:`_train_pass`) and may override
-    :meth:`_on_first_use`.
+    What every V-trace learner shares stays here: the parameters and their checks, the circular buffer, the V-trace
+    targets (:meth:`_vtrace_targets`) and the ``train/`` statistics (:meth:`_record_pass`). ``rollout_buffer`` and
+    ``collect_rollouts`` are SB3's on-policy surface; the rollout buffer is built when first asked for.
     """
 
     policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
@@ -139,6 +138,7 @@ class VTraceActorCritic(OnPolicySegmentMixin, OnPolicyAlgorithm):
         self.batch_size = batch_size
         self.gradient_steps = 0
         self._circular_buffer: CircularBuffer | None = None
+        self._rollout_buffer: BehaviourRolloutBuffer | DictBehaviourRolloutBuffer | None = None
         self._train_stats: dict[str, list[float]] = defaultdict(list)
         if _init_setup_model:
             self._setup_model()
@@ -155,19 +155,7 @@ class VTraceActorCritic(OnPolicySegmentMixin, OnPolicyAlgorithm):
             self.observation_space, self.action_space, self.lr_schedule, **self.policy_kwargs
         )
         self.policy = self.policy.to(self.device)
-        # SB3's on-policy surface (collect_rollouts); the learner trains from the circular buffer.
-        rollout_buffer_class = (
-            DictBehaviourRolloutBuffer if isinstance(self.observation_space, spaces.Dict) else BehaviourRolloutBuffer
-        )
-        self.rollout_buffer = rollout_buffer_class(
-            self.n_steps,
-            self.observation_space,
-            self.action_space,
-            device=self.device,
-            gamma=self.gamma,
-            gae_lambda=self.gae_lambda,
-            n_envs=self.n_envs,
-        )
+        self._rollout_buffer = None  # built when first asked for (rollout_buffer)
         self._maybe_recommend_cpu()
         samples = self.n_steps * (self.collector_kwargs.get("envs_per_worker", 1) if self.collector == "ray" else self.n_envs)
         if self.batch_size is not None and self.batch_size < samples and samples % self.batch_size != 0:
@@ -178,11 +166,33 @@ class VTraceActorCritic(OnPolicySegmentMixin, OnPolicyAlgorithm):
                 stacklevel=2,
             )
 
+    @property
+    def rollout_buffer(self) -> BehaviourRolloutBuffer | DictBehaviourRolloutBuffer:
+        """SB3's on-policy rollout buffer (``collect_rollouts``), built on first use (training uses the circular buffer)."""
+        if self._rollout_buffer is None:
+            dict_observations = isinstance(self.observation_space, spaces.Dict)
+            rollout_buffer_class = DictBehaviourRolloutBuffer if dict_observations else BehaviourRolloutBuffer
+            self._rollout_buffer = rollout_buffer_class(
+                self.n_steps,
+                self.observation_space,
+                self.action_space,
+                device=self.device,
+                gamma=self.gamma,
+                gae_lambda=self.gae_lambda,
+                n_envs=self.n_envs,
+            )
+        return self._rollout_buffer
+
+    @rollout_buffer.setter
+    def rollout_buffer(self, rollout_buffer: BehaviourRolloutBuffer | DictBehaviourRolloutBuffer | None) -> None:
+        self._rollout_buffer = rollout_buffer
+
     def _excluded_save_params(self) -> list[str]:
         return [
             *super()._excluded_save_params(),
             *self._collection_excluded_save_params(),
             "_circular_buffer",
+            "_rollout_buffer",
             "_train_stats",
         ]
 
@@ -214,79 +224,31 @@ class VTraceActorCritic(OnPolicySegmentMixin, OnPolicyAlgorithm):
 
     def _store_segment(self, segment: Segment) -> None:
         """The segment enters the circular buffer as a batch on the learner's device."""
-        assert self._circular_buffer is not None
-        batch = TrainingBatch.from_segment(segment, self.device)
-        self._on_first_use(batch)
-        self._circular_buffer.put(batch)
+        self._active_circular_buffer().put(TrainingBatch.from_segment(segment, self.device))
 
-    def _train_on_segment(self, segment: Segment) -> None:
-        """Batch draws until the slot under the cursor needs a new batch (IMPACT, Algorithm 1, lines 5-11)."""
-        buffer = self._circular_buffer
-        assert buffer is not None
-        self.policy.set_training_mode(True)  # callbacks (evaluation) may have switched it off
-        while not buffer.needs_batch():
-            batch = buffer.next_batch()
-            self._update_learning_rate(self.policy.optimizer)
-            stats = self._train_step(batch)
-            self._n_updates += 1
-            self._record_train_stats(stats)
-            self._after_update()
-            if self._n_updates % self.broadcast_interval == 0:
-                self._broadcast_weights()
-
-    def _on_first_use(self, batch: TrainingBatch) -> None:
-        """Called once per batch, when it enters the circular buffer (before its first gradient step)."""
-
-    def _after_update(self) -> None:
-        """Called after every batch draw (``_n_updates`` already counts it)."""
-
-    def _minibatch_indices(self, batch: TrainingBatch, batch_size: int | None) -> list[th.Tensor | None]:
-        """
-        One pass over ``batch`` in shuffled minibatches of ``batch_size`` samples: indices into its time-major
-        ``[T * B]`` samples (``[None]``: the whole batch, also when ``batch_size`` is None). The permutation is
-        drawn over env-major positions, the order of SB3's rollout buffer, so that a seeded run takes the same
-        minibatches as SB3's PPO.
-        """
-        if batch_size is None or batch_size >= batch.size:
-            return [None]
-        env_major = np.random.permutation(batch.size)
-        time_major = (env_major % batch.n_steps) * batch.n_envs + env_major // batch.n_steps
-        indices = th.as_tensor(time_major, device=self.device)
-        return [indices[start : start + batch_size] for start in range(0, batch.size, batch_size)]
-
-    def _train_pass(
-        self, minibatches: list[th.Tensor | None], train_minibatch: Callable[[th.Tensor | None], dict[str, th.Tensor]]
-    ) -> dict[str, float]:
-        """
-        One pass: ``train_minibatch`` (one gradient step, unsynced statistics) on each of ``minibatches`` (from
-        :meth:`_minibatch_indices`). Returns the statistics of the pass: means, maxima for ``*_max`` keys.
-        """
-        minibatch_stats = [train_minibatch(indices) for indices in minibatches]
-        self.gradient_steps += len(minibatch_stats)
-        names = list(minibatch_stats[0])
-        stacked = th.stack([th.stack([stats[name] for name in names]) for stats in minibatch_stats])
-        summary = th.where(
-            th.tensor([name.endswith("_max") for name in names], device=stacked.device),
-            stacked.max(dim=0).values,
-            stacked.mean(dim=0),
-        )
-        return dict(zip(names, summary.tolist(), strict=True))  # one device sync per pass
+    def _active_circular_buffer(self) -> CircularBuffer:
+        """The circular buffer of the running ``learn()`` (the only place :meth:`train` runs)."""
+        if self._circular_buffer is None:
+            raise RuntimeError(
+                f"{type(self).__name__} trains inside learn(), one circular-buffer batch at a time, "
+                "not from the rollout buffer"
+            )
+        return self._circular_buffer
 
     @abstractmethod
-    def _train_step(self, batch: TrainingBatch) -> dict[str, float]:
-        """Train on one draw of ``batch`` (a pass, :meth:`_train_pass`); returns the statistics to log."""
-
     def train(self) -> None:
-        raise RuntimeError(
-            f"{type(self).__name__} trains inside learn(), one circular-buffer batch at a time, not from the rollout buffer"
-        )
+        """
+        Called by the segment loop after each stored segment: draw batches from the circular buffer until the slot
+        under the cursor needs a new one, and train on each draw.
+        """
 
     def _vtrace_targets(
         self, batch: TrainingBatch, values: th.Tensor, target_log_probs: th.Tensor, policy: ActorCriticPolicy
     ) -> tuple[th.Tensor, th.Tensor]:
         """
-        V-trace ``(vs, pg_advantages)`` ``[T, B]`` of ``batch``, with ``target_log_probs`` in the role of pi and
-        ``values`` (``[T * B]``) plus ``policy``'s values of the bootstrap observations as V.
+        V-trace ``(v_s, pg_advantages)`` of ``batch``, flat ``[T * B]`` (docs/guide/equations.md, V-trace (IMPALA) (IMPALA
+        eqs. 1 and 4)), with ``target_log_probs`` (``[T * B]``) in the role of pi and ``values`` (``[T * B]``) plus
+        ``policy``'s values of the bootstrap observations as V.
 
         The targets are computed in evaluation mode, as SB3 computes its targets: the bootstrap values always,
         and ``values`` again when ``policy`` is training and has BatchNorm or Dropout layers.
@@ -300,7 +262,7 @@ class VTraceActorCritic(OnPolicySegmentMixin, OnPolicyAlgorithm):
         rewards, discounts = fold_truncation_bootstrap(
             batch.rewards, batch.terminations, batch.truncations, final_values, self.gamma
         )
-        return vtrace(
+        vs, pg_advantages = vtrace(
             batch.behaviour_log_probs,
             target_log_probs.reshape(batch.n_steps, batch.n_envs),
             rewards,
@@ -312,50 +274,26 @@ class VTraceActorCritic(OnPolicySegmentMixin, OnPolicyAlgorithm):
             clip_pg_rho_threshold=self.vtrace_clip_pg_rho_threshold,
             lambda_=self.gae_lambda,
         )
-
-    def _prepare_advantages(self, pg_advantages: th.Tensor) -> th.Tensor:
-        advantages = pg_advantages.flatten()
-        if self.normalize_advantage and len(advantages) > 1:
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        return advantages
-
-    def _clip_gradients_and_step(self, loss: th.Tensor) -> None:
-        self.policy.optimizer.zero_grad()
-        loss.backward()
-        th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
-        self.policy.optimizer.step()
-
-    @staticmethod
-    def _behaviour_ratio(log_prob: th.Tensor, behaviour_log_prob: th.Tensor) -> th.Tensor:
-        """``pi / pi_worker`` per sample, for logging (no gradient); both log-probs flat ``[N]``."""
-        return clipped_ratio(log_prob.detach() - behaviour_log_prob, MAX_RATIO)
-
-    @th.no_grad()
-    def _loss_stats(
-        self,
-        policy_loss: th.Tensor,
-        value_loss: th.Tensor,
-        entropy_loss: th.Tensor,
-        loss: th.Tensor,
-        log_prob: th.Tensor,
-        behaviour_log_prob: th.Tensor,
-    ) -> dict[str, th.Tensor]:
-        """The statistics every V-trace loss logs, unsynced: its terms and ``pi / pi_worker`` (mean, max)."""
-        is_ratio = self._behaviour_ratio(log_prob, behaviour_log_prob)
-        return {
-            "policy_gradient_loss": policy_loss.detach(),
-            "value_loss": value_loss.detach(),
-            "entropy_loss": entropy_loss.detach(),
-            "loss": loss.detach(),
-            "is_ratio_mean": is_ratio.mean(),
-            "is_ratio_max": is_ratio.max(),
-        }
+        return vs.flatten(), pg_advantages.flatten()
 
     # ------------------------------------------------------------------ logging
 
-    def _record_train_stats(self, stats: dict[str, float]) -> None:
+    def _record_pass(self, minibatch_stats: list[dict[str, th.Tensor]], **extra: float) -> dict[str, float]:
+        """
+        Record the statistics of one pass (a draw): the means over its minibatches of their unsynced statistics
+        (maxima for ``*_max`` keys), synced once, and ``extra``. Returns them.
+        """
+        names = list(minibatch_stats[0])
+        stacked = th.stack([th.stack([stats[name] for name in names]) for stats in minibatch_stats])
+        summary = th.where(
+            th.tensor([name.endswith("_max") for name in names], device=stacked.device),
+            stacked.max(dim=0).values,
+            stacked.mean(dim=0),
+        )
+        stats = {**dict(zip(names, summary.tolist(), strict=True)), **extra}  # one device sync per pass
         for key, value in stats.items():
             self._train_stats[key].append(value)
+        return stats
 
     def _record_train_logs(self) -> None:
         """The ``train/`` statistics since the last record: means, maxima for ``*_max`` keys."""

@@ -7,15 +7,14 @@ import torch as th
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 from stable_baselines3.common.utils import FloatSchedule
-from torch.nn import functional as F
 
 from sb3_impact.common.collectors import Collector
-from sb3_impact.common.distributions import behaviour_params, kl_from_params
-from sb3_impact.common.estimators import clipped_surrogate
-from sb3_impact.common.observations import index_observation
+from sb3_impact.common.distributions import behaviour_params
 from sb3_impact.common.policy_evaluation import evaluate_policy_and_values
+from sb3_impact.common.segment_loop import frozen_policy_copy
 from sb3_impact.common.training_batch import TrainingBatch
 from sb3_impact.common.vtrace_actor_critic import VTraceActorCritic
+from sb3_impact.impact.loss import ImpactTargets, impact_loss
 from sb3_impact.impact.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
 SelfIMPACT = TypeVar("SelfIMPACT", bound="IMPACT")
@@ -189,30 +188,73 @@ class IMPACT(VTraceActorCritic):
     def _on_learn_start(self, collector: Collector) -> None:
         super()._on_learn_start(collector)
         # Algorithm 1, line 2: the target network starts as a copy of the learner.
-        self._target_policy = self._make_policy_copy(self.device)
+        self._target_policy = frozen_policy_copy(self.policy, self.device)  # type: ignore[assignment]
         self._kl_sum, self._kl_count = 0.0, 0
 
+    def train(self) -> None:
+        """
+        Algorithm 1, lines 6-12: batch draws from the circular buffer until the slot under the cursor needs a new
+        batch; each draw is one pass over the batch in shuffled minibatches of ``batch_size``, one step each.
+        """
+        buffer = self._active_circular_buffer()
+        self.policy.set_training_mode(True)  # callbacks (evaluation) may have switched it off
+        while not buffer.needs_batch():
+            batch = buffer.next_batch()  # line 6
+            if batch.targets is None:  # line 7: the first draw evaluates the batch on the target network
+                batch.targets = self._evaluate_on_target(batch)
+            self._update_learning_rate(self.policy.optimizer)
+            clip_range = self.clip_range(self._current_progress_remaining)
+            # Without the penalty the KL is only logged, and only measured in a batch's last draw.
+            measure_kl = self.use_kl_penalty or batch.last_use
+            minibatch_stats = []
+            for indices in batch.minibatch_indices(self.batch_size):  # lines 8-9, one step per minibatch
+                minibatch = batch.minibatch(indices)
+                distribution, values = evaluate_policy_and_values(self.policy, minibatch.observations)
+                loss, stats = impact_loss(
+                    distribution,
+                    values,
+                    minibatch,
+                    batch.targets[indices],
+                    self.action_space,
+                    clip_range=clip_range,
+                    target_worker_clip=self.target_worker_clip,
+                    ent_coef=self.ent_coef,
+                    vf_coef=self.vf_coef,
+                    kl_coef=self.kl_coef if self.use_kl_penalty else None,
+                    measure_kl=measure_kl,
+                    normalize_advantage=self.normalize_advantage,
+                )
+                self.policy.optimizer.zero_grad()
+                loss.backward()
+                th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
+                self.policy.optimizer.step()
+                minibatch_stats.append(stats)
+            self.gradient_steps += len(minibatch_stats)
+            self._n_updates += 1
+            stats = self._record_pass(minibatch_stats, kl_coef=self.kl_coef, clip_range=clip_range)
+            if self.use_kl_penalty:
+                self._kl_sum += stats["kl_to_target"] * len(minibatch_stats)
+                self._kl_count += len(minibatch_stats)
+            if self._n_updates % self.effective_target_update_interval == 0:  # line 11
+                assert self._target_policy is not None
+                self._target_policy.load_state_dict(self.policy.state_dict())
+                self.target_updates += 1
+                self._adapt_kl_coef()
+            if self._n_updates % self.broadcast_interval == 0:  # line 12
+                self._broadcast_weights()
+
     @th.no_grad()
-    def _on_first_use(self, batch: TrainingBatch) -> None:
-        # Algorithm 1, line 7: evaluate the batch on the target network (theta', w') when it is first drawn,
-        # and keep its V-trace GAE-lambda advantages and value targets for all K uses, as PPO keeps its GAE
-        # over its epochs (section 3, "V-GAE", with pi_target in the role of pi).
+    def _evaluate_on_target(self, batch: TrainingBatch) -> ImpactTargets:
+        """
+        Algorithm 1, line 7: the batch on the target network (theta', w'), with its V-trace GAE-lambda advantages and
+        value targets (section 3, "V-GAE", with pi_target in the role of pi), kept for all K draws as PPO keeps its GAE.
+        """
         assert self._target_policy is not None
         distribution, values = evaluate_policy_and_values(self._target_policy, batch.observations)
-        batch.target_log_probs = distribution.log_prob(batch.actions).reshape(batch.n_steps, batch.n_envs)
-        batch.target_params = behaviour_params(distribution)
-        value_targets, _ = self._vtrace_targets(batch, values, batch.target_log_probs, self._target_policy)
-        batch.value_targets = value_targets.flatten()
+        log_probs = distribution.log_prob(batch.actions)
+        value_targets, _ = self._vtrace_targets(batch, values, log_probs, self._target_policy)
         # V-GAE: A_t = sum_i (lambda gamma)^(i-t) (prod_j c_j) delta_i V = v_t - V(x_t); equals GAE on-policy.
-        batch.advantages = batch.value_targets - values
-
-    def _after_update(self) -> None:
-        # Algorithm 1, line 11.
-        if self._n_updates % self.effective_target_update_interval == 0:
-            assert self._target_policy is not None
-            self._target_policy.load_state_dict(self.policy.state_dict())
-            self.target_updates += 1
-            self._adapt_kl_coef()
+        return ImpactTargets(log_probs, behaviour_params(distribution), value_targets, value_targets - values)
 
     def _adapt_kl_coef(self) -> None:
         """
@@ -228,60 +270,6 @@ class IMPACT(VTraceActorCritic):
                 self.kl_coef = max(self.kl_coef * 0.5, 1e-6)
         self._kl_sum, self._kl_count = 0.0, 0
 
-    def _train_step(self, batch: TrainingBatch) -> dict[str, float]:
-        """One draw of ``batch``: a pass over it in shuffled minibatches, one gradient step each."""
-        clip_range = self.clip_range(self._current_progress_remaining)
-        measure_kl = self.use_kl_penalty or batch.last_use
-        minibatches = self._minibatch_indices(batch, self.batch_size)
-        stats = self._train_pass(minibatches, lambda indices: self._train_minibatch(batch, indices, clip_range, measure_kl))
-        if self.use_kl_penalty:
-            self._kl_sum += stats["kl_to_target"] * len(minibatches)
-            self._kl_count += len(minibatches)
-        stats.update(kl_coef=self.kl_coef, clip_range=clip_range)
-        return stats
-
-    def _train_minibatch(
-        self, batch: TrainingBatch, indices: th.Tensor | None, clip_range: float, measure_kl: bool
-    ) -> dict[str, th.Tensor]:
-        """One gradient step on the samples ``indices`` of ``batch`` (None: all); returns unsynced statistics."""
-        assert batch.target_log_probs is not None and batch.target_params is not None and batch.advantages is not None
-        select = slice(None) if indices is None else indices
-        observations = index_observation(batch.observations, select)
-        actions = batch.actions[select]
-        distribution, values = evaluate_policy_and_values(self.policy, observations)
-        log_prob = distribution.log_prob(actions)
-        entropy = distribution.entropy()
-        # Per-minibatch normalisation, as SB3's PPO.
-        advantages = self._prepare_advantages(batch.advantages[select])
-
-        # Target-worker clipped ratio, eq. (3): pi_theta / max(pi_target, pi_worker / rho), in log space.
-        behaviour_log_prob = batch.behaviour_log_probs.flatten()[select]
-        target_log_prob = batch.target_log_probs.flatten()[select]
-        denominator = th.maximum(target_log_prob, behaviour_log_prob - math.log(self.target_worker_clip))
-        # PPO epsilon-clip on top of the IMPACT ratio (appendix E, "IMPACT target epsilon-clip").
-        policy_loss, ratio = clipped_surrogate(log_prob, denominator, advantages, clip_range)
-        # Value loss towards the V-trace targets (Algorithm 1, line 8).
-        value_loss = F.mse_loss(values, batch.value_targets[select])
-        entropy_loss = -entropy.mean()
-        loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
-        # KL(pi_target || pi_theta) penalty (Algorithm 1, line 8). Without the penalty the KL is only
-        # logged, and only measured in a batch's last pass.
-        kl_to_target = None
-        if self.use_kl_penalty:
-            kl_to_target = kl_from_params(self.action_space, batch.target_params[select], distribution).mean()
-            loss = loss + self.kl_coef * kl_to_target
-        elif measure_kl:
-            with th.no_grad():
-                kl_to_target = kl_from_params(self.action_space, batch.target_params[select], distribution).mean()
-        self._clip_gradients_and_step(loss)
-
-        stats = self._loss_stats(policy_loss, value_loss, entropy_loss, loss, log_prob, behaviour_log_prob)
-        with th.no_grad():
-            stats["clip_fraction"] = (th.abs(ratio - 1) > clip_range).float().mean()
-            if kl_to_target is not None:
-                stats["kl_to_target"] = kl_to_target.detach()
-        return stats
-
     def dump_logs(self, iteration: int = 0) -> None:
         self.logger.record("train/target_updates", self.target_updates)
         super().dump_logs(iteration)
@@ -295,11 +283,6 @@ class IMPACT(VTraceActorCritic):
         reset_num_timesteps: bool = True,
         progress_bar: bool = False,
     ) -> SelfIMPACT:
-        return super().learn(
-            total_timesteps=total_timesteps,
-            callback=callback,
-            log_interval=log_interval,
-            tb_log_name=tb_log_name,
-            reset_num_timesteps=reset_num_timesteps,
-            progress_bar=progress_bar,
+        return self._learn_from_segments(
+            total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar
         )

@@ -6,13 +6,12 @@ import numpy as np
 import torch as th
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
-from torch.nn import functional as F
 
 from sb3_impact.common.collectors import Collector
-from sb3_impact.common.observations import index_observation
 from sb3_impact.common.policy_evaluation import evaluate_policy_and_values
 from sb3_impact.common.training_batch import TrainingBatch
 from sb3_impact.common.vtrace_actor_critic import VTraceActorCritic
+from sb3_impact.impala.loss import ImpalaTargets, impala_loss, impala_value_loss
 from sb3_impact.impala.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
 SelfIMPALA = TypeVar("SelfIMPALA", bound="IMPALA")
@@ -159,65 +158,73 @@ class IMPALA(VTraceActorCritic):
         self.max_batch_reuse = self.n_epochs
         super()._setup_model()
 
-    def _train_step(self, batch: TrainingBatch) -> dict[str, float]:
+    def train(self) -> None:
         """
-        One pass over ``batch``: one gradient step (the paper), or shuffled minibatches on per-pass targets; then
-        ``n_value_epochs`` passes of value regression alone.
+        Section 4.2: each draw of the batch (``n_epochs`` of them; the paper's one) is one pass over it, one gradient
+        step on the whole batch (the paper) or shuffled minibatches on per-pass targets; then ``n_value_epochs``
+        passes of value regression alone.
         """
-        minibatches = self._minibatch_indices(batch, self.batch_size)
-        targets = None if minibatches == [None] else self._pass_targets(batch)
-        stats = self._train_pass(minibatches, lambda indices: self._train_minibatch(batch, indices, targets))
-        value_losses = [self._value_pass(batch) for _ in range(self.n_value_epochs)]
-        if value_losses:
-            stats["value_epochs_loss"] = float(np.mean(value_losses))
-        return stats
+        buffer = self._active_circular_buffer()
+        self.policy.set_training_mode(True)  # callbacks (evaluation) may have switched it off
+        while not buffer.needs_batch():
+            batch = buffer.next_batch()
+            self._update_learning_rate(self.policy.optimizer)
+            minibatches = batch.minibatch_indices(self.batch_size)
+            # In minibatches, the targets of the whole batch with the policy at the start of the pass as pi.
+            pass_targets = None if len(minibatches) == 1 else self._pass_targets(batch)
+            minibatch_stats = []
+            for indices in minibatches:
+                minibatch = batch.minibatch(indices)
+                distribution, values = evaluate_policy_and_values(self.policy, minibatch.observations)
+                log_prob = distribution.log_prob(minibatch.actions)
+                entropy = distribution.entropy()
+                if pass_targets is None:  # the paper's single step: the targets with the current policy as pi
+                    targets = ImpalaTargets(*self._vtrace_targets(batch, values, log_prob.detach(), self.policy))
+                else:
+                    targets = pass_targets[indices]
+                loss, stats = impala_loss(
+                    log_prob,
+                    entropy,
+                    values,
+                    minibatch,
+                    targets,
+                    ent_coef=self.ent_coef,
+                    vf_coef=self.vf_coef,
+                    normalize_advantage=self.normalize_advantage,
+                )
+                self.policy.optimizer.zero_grad()
+                loss.backward()
+                th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
+                self.policy.optimizer.step()
+                minibatch_stats.append(stats)
+            self.gradient_steps += len(minibatch_stats)
 
-    def _value_pass(self, batch: TrainingBatch) -> float:
-        """One pass of ``vf_coef (v_s - V(x_s))^2`` alone over ``batch``; returns its mean value loss."""
-        vs, _ = self._pass_targets(batch)
-        minibatches = self._minibatch_indices(batch, self.value_batch_size)
-        losses = []
-        for indices in minibatches:
-            select = slice(None) if indices is None else indices
-            values = self.policy.predict_values(index_observation(batch.observations, select)).flatten()
-            value_loss = F.mse_loss(values, vs[select])
-            self._clip_gradients_and_step(self.vf_coef * value_loss)
-            losses.append(value_loss.detach())
-        self.value_gradient_steps += len(minibatches)
-        return th.stack(losses).mean().item()
+            value_epochs_losses = []
+            for _ in range(self.n_value_epochs):  # value regression alone, on targets recomputed for each pass
+                value_targets = self._pass_targets(batch)
+                value_losses = []
+                for indices in batch.minibatch_indices(self.value_batch_size):
+                    values = self.policy.predict_values(batch.minibatch(indices).observations).flatten()
+                    value_loss = impala_value_loss(values, value_targets[indices])
+                    self.policy.optimizer.zero_grad()
+                    (self.vf_coef * value_loss).backward()
+                    th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
+                    self.policy.optimizer.step()
+                    value_losses.append(value_loss.detach())
+                self.value_gradient_steps += len(value_losses)
+                value_epochs_losses.append(th.stack(value_losses).mean().item())
+
+            self._n_updates += 1
+            extra = {"value_epochs_loss": float(np.mean(value_epochs_losses))} if value_epochs_losses else {}
+            self._record_pass(minibatch_stats, **extra)
+            if self._n_updates % self.broadcast_interval == 0:
+                self._broadcast_weights()
 
     @th.no_grad()
-    def _pass_targets(self, batch: TrainingBatch) -> tuple[th.Tensor, th.Tensor]:
-        """V-trace ``(v_s, rho_s A_s)`` of the whole batch, flat, with the policy at the start of the pass as pi."""
+    def _pass_targets(self, batch: TrainingBatch) -> ImpalaTargets:
+        """V-trace targets of the whole batch, with the policy at the start of the pass as pi."""
         distribution, values = evaluate_policy_and_values(self.policy, batch.observations)
-        vs, pg_advantages = self._vtrace_targets(batch, values, distribution.log_prob(batch.actions), self.policy)
-        return vs.flatten(), pg_advantages.flatten()
-
-    def _train_minibatch(
-        self, batch: TrainingBatch, indices: th.Tensor | None, targets: tuple[th.Tensor, th.Tensor] | None
-    ) -> dict[str, th.Tensor]:
-        """One gradient step on the samples ``indices`` of ``batch`` (None: all); returns unsynced statistics."""
-        select = slice(None) if indices is None else indices
-        distribution, values = evaluate_policy_and_values(self.policy, index_observation(batch.observations, select))
-        log_prob = distribution.log_prob(batch.actions[select])
-        entropy = distribution.entropy()
-        if targets is None:
-            # V-trace targets and advantages with the current policy as pi (section 4.1, eq. 1).
-            vs, pg_advantages = self._vtrace_targets(batch, values, log_prob.detach(), self.policy)
-            vs, pg_advantages = vs.flatten(), pg_advantages.flatten()
-        else:
-            vs, pg_advantages = targets[0][select], targets[1][select]
-        advantages = self._prepare_advantages(pg_advantages)
-        # Section 4.2: policy gradient rho_s (r_s + gamma v_{s+1} - V(x_s)) grad log pi(a_s|x_s).
-        policy_loss = -(advantages * log_prob).mean()
-        # Section 4.2: value regression towards v_s.
-        value_loss = F.mse_loss(values, vs)
-        # Section 4.2: entropy bonus.
-        entropy_loss = -entropy.mean()
-        loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
-        self._clip_gradients_and_step(loss)
-        behaviour_log_prob = batch.behaviour_log_probs.flatten()[select]
-        return self._loss_stats(policy_loss, value_loss, entropy_loss, loss, log_prob, behaviour_log_prob)
+        return ImpalaTargets(*self._vtrace_targets(batch, values, distribution.log_prob(batch.actions), self.policy))
 
     def dump_logs(self, iteration: int = 0) -> None:
         if self.n_value_epochs > 0:
@@ -233,11 +240,6 @@ class IMPALA(VTraceActorCritic):
         reset_num_timesteps: bool = True,
         progress_bar: bool = False,
     ) -> SelfIMPALA:
-        return super().learn(
-            total_timesteps=total_timesteps,
-            callback=callback,
-            log_interval=log_interval,
-            tb_log_name=tb_log_name,
-            reset_num_timesteps=reset_num_timesteps,
-            progress_bar=progress_bar,
+        return self._learn_from_segments(
+            total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar
         )

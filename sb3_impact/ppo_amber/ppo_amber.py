@@ -11,13 +11,13 @@ from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 from stable_baselines3.common.utils import FloatSchedule, LinearSchedule, explained_variance
-from torch.nn import functional as F
 
 from sb3_impact.common.collectors import Collector, collector_class
 from sb3_impact.common.distributions import kl_from_params
-from sb3_impact.common.estimators import batch_average_is_weight, clamp_log_ratio, clipped_surrogate
+from sb3_impact.common.estimators import batch_average_is_weight, clamp_log_ratio
 from sb3_impact.common.policy_evaluation import evaluate_in_chunks
 from sb3_impact.common.segment_ppo import SegmentPPO
+from sb3_impact.ppo_amber.loss import AmberTargets, amber_loss
 from sb3_impact.ppo_amber.memory import BatchReplayMemory, StoredBatch
 from sb3_impact.ppo_amber.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
@@ -266,6 +266,7 @@ class PPOAMBER(SegmentPPO):
         self.policy.set_training_mode(True)
         self._update_learning_rate(self.policy.optimizer)
         clip_range = self.clip_range(self._current_progress_remaining)  # type: ignore[operator]
+        clip_range_vf = None
         if self.clip_range_vf is not None:
             clip_range_vf = self.clip_range_vf(self._current_progress_remaining)  # type: ignore[operator]
 
@@ -283,41 +284,29 @@ class PPOAMBER(SegmentPPO):
                     actions = rollout_data.actions.long().flatten()
 
                 values, log_prob, entropy = self.policy.evaluate_actions(rollout_data.observations, actions)
-                values = values.flatten()
-                advantages = rollout_data.advantages
-                if self.normalize_advantage and len(advantages) > 1:
-                    advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-
-                # IS weight pi / mu against each sample's stored behaviour probability (eq. 7), in log space.
-                log_ratio = log_prob - rollout_data.old_log_prob
-                # Clipped surrogate, eq. (3) / (7).
-                policy_loss, ratio = clipped_surrogate(log_prob, rollout_data.old_log_prob, advantages, clip_range)
-
-                pg_losses.append(policy_loss.item())
+                loss, terms = amber_loss(
+                    log_prob,
+                    entropy,
+                    values.flatten(),
+                    rollout_data.old_log_prob,
+                    AmberTargets.from_samples(rollout_data),
+                    clip_range=clip_range,
+                    clip_range_vf=clip_range_vf,
+                    ent_coef=self.ent_coef,
+                    vf_coef=self.vf_coef,
+                    normalize_advantage=self.normalize_advantage,
+                )
+                ratio = terms["ratio"]
+                pg_losses.append(terms["policy_gradient_loss"].item())
                 is_ratio_means.append(ratio.mean().item())
                 is_ratio_max = max(is_ratio_max, ratio.max().item())
                 clip_fraction = th.mean((th.abs(ratio - 1) > clip_range).float()).item()
                 clip_fractions.append(clip_fraction)
+                value_losses.append(terms["value_loss"].item())
+                entropy_losses.append(terms["entropy_loss"].item())
 
-                if self.clip_range_vf is None:
-                    values_pred = values
-                else:
-                    values_pred = rollout_data.old_values + th.clamp(
-                        values - rollout_data.old_values, -clip_range_vf, clip_range_vf
-                    )
-                # Value loss towards the stored TD(lambda) targets, eq. (8).
-                value_loss = F.mse_loss(rollout_data.returns, values_pred)
-                value_losses.append(value_loss.item())
-
-                if entropy is None:
-                    entropy_loss = -th.mean(-log_prob)
-                else:
-                    entropy_loss = -th.mean(entropy)
-                entropy_losses.append(entropy_loss.item())
-
-                # Eq. (11), with SB3's value and entropy coefficients.
-                loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss
-
+                # SB3's approximate KL to the behaviour policy, for the early stop at target_kl.
+                log_ratio = log_prob - rollout_data.old_log_prob
                 with th.no_grad():
                     approx_kl_div = th.mean((ratio - 1) - clamp_log_ratio(log_ratio)).cpu().numpy()
                     approx_kl_divs.append(approx_kl_div)
@@ -374,11 +363,6 @@ class PPOAMBER(SegmentPPO):
         reset_num_timesteps: bool = True,
         progress_bar: bool = False,
     ) -> SelfPPOAMBER:
-        return super().learn(
-            total_timesteps=total_timesteps,
-            callback=callback,
-            log_interval=log_interval,
-            tb_log_name=tb_log_name,
-            reset_num_timesteps=reset_num_timesteps,
-            progress_bar=progress_bar,
+        return self._learn_from_segments(
+            total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar
         )

@@ -12,7 +12,6 @@ from sb3_impact.common.collectors import Collector
 from sb3_impact.common.distributions import kl_from_params
 from sb3_impact.common.estimators import (
     clamped_ratio,
-    clipped_surrogate,
     done_cut_log_rho,
     fold_truncation_bootstrap,
     gae_with_episode_ends,
@@ -23,6 +22,7 @@ from sb3_impact.common.observations import index_observation
 from sb3_impact.common.policy_evaluation import evaluate_in_chunks, evaluate_policy_and_values
 from sb3_impact.common.segment_ppo import SegmentPPO
 from sb3_impact.common.training_batch import TrainingBatch
+from sb3_impact.ptr_ppo.loss import ReplayTargets, ptr_ppo_replay_loss
 from sb3_impact.ptr_ppo.memory import TrajectoryMemory
 from sb3_impact.ptr_ppo.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
 
@@ -368,6 +368,7 @@ class PTRPPO(SegmentPPO):
             # Eq. (16) weight pi / b of each step, truncated like eq. (20) so that it stays below 2 - eps_marg.
             value_weights = truncated_importance_weight(scored["log_ratios"], self.eps_marg).flatten()
             td_targets = scored["td_targets"].flatten()
+        targets = ReplayTargets(advantages, td_targets, value_weights, scored["reference_log_probs"])
         new_priorities = self._priorities(slots, scored["advantages"])
 
         size = advantages.shape[0]
@@ -384,28 +385,28 @@ class PTRPPO(SegmentPPO):
                 log_prob = distribution.log_prob(scored["actions"][select])
             else:
                 distribution, values, log_prob = forward
-            entropy = distribution.entropy()
-            batch_advantages = advantages[select]
-            if self.normalize_advantage and len(batch_advantages) > 1:
-                batch_advantages = (batch_advantages - batch_advantages.mean()) / (batch_advantages.std() + 1e-8)
-            # Eq. (22): clipped surrogate, ratio to pi_ref (replay_ratio) in log space.
-            policy_loss, ratio = clipped_surrogate(
-                log_prob, scored["reference_log_probs"][select], batch_advantages, clip_range
+            loss, terms = ptr_ppo_replay_loss(
+                log_prob,
+                distribution.entropy(),
+                values,
+                targets[select],
+                clip_range=clip_range,
+                ent_coef=self.ent_coef,
+                vf_coef=self.vf_coef,
+                normalize_advantage=self.normalize_advantage,
             )
-            # Eq. (16) with V(s) and V(s') in their places: w (r + gamma V(s') (1 - d) - V(s))^2.
-            value_loss = (value_weights[select] * (td_targets[select] - values) ** 2).mean()
-            entropy_loss = -th.mean(entropy) if entropy is not None else -th.mean(-log_prob)
-            loss = policy_loss + self.ent_coef * entropy_loss + self.vf_coef * value_loss  # eq. (23)
             self.policy.optimizer.zero_grad()
             loss.backward()
             th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
             self.policy.optimizer.step()
             self.replay_updates += 1
             with th.no_grad():
+                ratio = terms["ratio"]
                 kl = kl_from_params(self.action_space, scored["behaviour_params"][select], distribution).mean()
                 clip_fraction = (th.abs(ratio - 1) > clip_range).float().mean()
                 is_ratio = clamped_ratio(log_prob - scored["behaviour_log_probs"][select])  # pi / b, logged as before
-                means = [loss, policy_loss, value_loss, entropy_loss, clip_fraction, kl, is_ratio.mean(), ratio.mean()]
+                losses = [loss, terms["policy_gradient_loss"], terms["value_loss"], terms["entropy_loss"]]
+                means = [*losses, clip_fraction, kl, is_ratio.mean(), ratio.mean()]
                 statistics.append(th.stack([*means, is_ratio.max(), ratio.max()]))
         means = th.stack(statistics).mean(dim=0).tolist()  # synced once per round, not per minibatch
         maxima = th.stack(statistics).max(dim=0).values.tolist()
@@ -437,11 +438,6 @@ class PTRPPO(SegmentPPO):
         reset_num_timesteps: bool = True,
         progress_bar: bool = False,
     ) -> SelfPTRPPO:
-        return super().learn(
-            total_timesteps=total_timesteps,
-            callback=callback,
-            log_interval=log_interval,
-            tb_log_name=tb_log_name,
-            reset_num_timesteps=reset_num_timesteps,
-            progress_bar=progress_bar,
+        return self._learn_from_segments(
+            total_timesteps, callback, log_interval, tb_log_name, reset_num_timesteps, progress_bar
         )

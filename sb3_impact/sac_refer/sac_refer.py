@@ -1,19 +1,15 @@
 """SAC with Remember-and-Forget Experience Replay (Haarnoja et al. 2018; Novati & Koumoutsakos, ICML 2019)."""
 
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch as th
 from stable_baselines3 import SAC
-from stable_baselines3.common.policies import BasePolicy
-from stable_baselines3.common.type_aliases import MaybeCallback
 from stable_baselines3.common.utils import polyak_update
-from stable_baselines3.sac.policies import CnnPolicy, MlpPolicy, MultiInputPolicy, SACPolicy
+from stable_baselines3.sac.policies import SACPolicy
 
 from sb3_impact.common.refer import diag_gaussian_log_prob
 from sb3_impact.common.refer_replay import ATANH_BOUND, ReFERMixin, ReFERReplayBuffer, uniform_log_prob_pre_tanh
-
-SelfSACReFER = TypeVar("SelfSACReFER", bound="SACReFER")
 
 
 class SACReFER(ReFERMixin, SAC):
@@ -44,11 +40,7 @@ class SACReFER(ReFERMixin, SAC):
     :param kwargs: SAC's other arguments
     """
 
-    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
-        "MlpPolicy": MlpPolicy,
-        "CnnPolicy": CnnPolicy,
-        "MultiInputPolicy": MultiInputPolicy,  # refused with a TypeError naming Dict: kept for that message
-    }
+    # policy_aliases are SAC's: its MultiInputPolicy is refused with a TypeError naming Dict
     policy: SACPolicy
     replay_buffer: ReFERReplayBuffer
     point_coordinates: ClassVar[str] = "pre_tanh"
@@ -105,14 +97,7 @@ class SACReFER(ReFERMixin, SAC):
                 next_q_values = next_q_values - ent_coef * next_log_prob.reshape(-1, 1)
                 target_q_values = replay_data.rewards + (1 - replay_data.dones) * self.gamma * next_q_values
 
-            current_q_values = self.critic(replay_data.observations, replay_data.actions)
-            # rule 1: far-policy steps give no critic gradient
-            critic_loss = 0.5 * sum((near * (current_q - target_q_values).pow(2)).mean() for current_q in current_q_values)
-            assert isinstance(critic_loss, th.Tensor)
-            critic_losses.append(critic_loss.item())
-            self.critic.optimizer.zero_grad()
-            critic_loss.backward()
-            self.critic.optimizer.step()
+            critic_losses.append(self._refer_critic_step(replay_data, target_q_values, near, scale=0.5))  # rule 1
 
             q_values_pi = th.cat(self.critic(replay_data.observations, actions_pi), dim=1)
             min_qf_pi, _ = th.min(q_values_pi, dim=1, keepdim=True)
@@ -135,21 +120,3 @@ class SACReFER(ReFERMixin, SAC):
         if len(ent_coef_losses) > 0:
             self.logger.record("train/ent_coef_loss", np.mean(ent_coef_losses))
         self._refer_log()
-
-    def learn(
-        self: SelfSACReFER,
-        total_timesteps: int,
-        callback: MaybeCallback = None,
-        log_interval: int = 4,
-        tb_log_name: str = "SACReFER",
-        reset_num_timesteps: bool = True,
-        progress_bar: bool = False,
-    ) -> SelfSACReFER:
-        return super().learn(
-            total_timesteps=total_timesteps,
-            callback=callback,
-            log_interval=log_interval,
-            tb_log_name=tb_log_name,
-            reset_num_timesteps=reset_num_timesteps,
-            progress_bar=progress_bar,
-        )

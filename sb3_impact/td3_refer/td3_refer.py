@@ -1,21 +1,17 @@
 """TD3 with Remember-and-Forget Experience Replay (Fujimoto et al. 2018; Novati & Koumoutsakos, ICML 2019)."""
 
 import math
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch as th
 from stable_baselines3 import TD3
 from stable_baselines3.common.noise import NormalActionNoise, VectorizedActionNoise
-from stable_baselines3.common.policies import BasePolicy
-from stable_baselines3.common.type_aliases import MaybeCallback
 from stable_baselines3.common.utils import polyak_update
-from stable_baselines3.td3.policies import CnnPolicy, MlpPolicy, MultiInputPolicy, TD3Policy
+from stable_baselines3.td3.policies import TD3Policy
 
 from sb3_impact.common.refer import diag_gaussian_log_prob
 from sb3_impact.common.refer_replay import LOG_2, ReFERMixin, ReFERReplayBuffer
-
-SelfTD3ReFER = TypeVar("SelfTD3ReFER", bound="TD3ReFER")
 
 # Appendix A: DDPG with ReF-ER explores with Gaussian noise of standard deviation 0.2.
 PAPER_NOISE_STD = 0.2
@@ -48,11 +44,7 @@ class TD3ReFER(ReFERMixin, TD3):
     :param kwargs: TD3's other arguments
     """
 
-    policy_aliases: ClassVar[dict[str, type[BasePolicy]]] = {
-        "MlpPolicy": MlpPolicy,
-        "CnnPolicy": CnnPolicy,
-        "MultiInputPolicy": MultiInputPolicy,  # refused with a TypeError naming Dict: kept for that message
-    }
+    # policy_aliases are TD3's: its MultiInputPolicy is refused with a TypeError naming Dict
     policy: TD3Policy
     replay_buffer: ReFERReplayBuffer
     point_coordinates: ClassVar[str] = "action"
@@ -114,14 +106,7 @@ class TD3ReFER(ReFERMixin, TD3):
                 next_q_values, _ = th.min(next_q_values, dim=1, keepdim=True)
                 target_q_values = replay_data.rewards + (1 - replay_data.dones) * self.gamma * next_q_values
 
-            current_q_values = self.critic(replay_data.observations, replay_data.actions)
-            # rule 1: far-policy steps give no critic gradient
-            critic_loss = sum((near * (current_q - target_q_values).pow(2)).mean() for current_q in current_q_values)
-            assert isinstance(critic_loss, th.Tensor)
-            critic_losses.append(critic_loss.item())
-            self.critic.optimizer.zero_grad()
-            critic_loss.backward()
-            self.critic.optimizer.step()
+            critic_losses.append(self._refer_critic_step(replay_data, target_q_values, near))  # rule 1
 
             if actor_update:
                 actor_loss = self._refer_actor_loss(-self.critic.q1_forward(replay_data.observations, mean), near, kl)
@@ -141,21 +126,3 @@ class TD3ReFER(ReFERMixin, TD3):
         self.logger.record("train/critic_loss", np.mean(critic_losses))
         self.logger.record("train/noise_std", float(math.exp(float(np.mean(self.noise_log_std)))))
         self._refer_log()
-
-    def learn(
-        self: SelfTD3ReFER,
-        total_timesteps: int,
-        callback: MaybeCallback = None,
-        log_interval: int = 4,
-        tb_log_name: str = "TD3ReFER",
-        reset_num_timesteps: bool = True,
-        progress_bar: bool = False,
-    ) -> SelfTD3ReFER:
-        return super().learn(
-            total_timesteps=total_timesteps,
-            callback=callback,
-            log_interval=log_interval,
-            tb_log_name=tb_log_name,
-            reset_num_timesteps=reset_num_timesteps,
-            progress_bar=progress_bar,
-        )

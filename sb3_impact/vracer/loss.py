@@ -10,12 +10,10 @@ The V-RACER loss under ReF-ER (Novati & Koumoutsakos, ICML 2019, Algorithm 3 and
   matrix products, were most of a gradient step's time).
 """
 
-import math
-
 import torch as th
 
 from sb3_impact.common.estimators import clipped_ratio
-from sb3_impact.common.refer import LOG_2PI, is_near_policy
+from sb3_impact.common.refer import LOG_2PI, is_near_policy, log_c_max
 
 # Without rule 1 nothing bounds rho; section 5.3 clips it at 1e3 (ReF-ER-2 and plain ER).
 UNBOUNDED_RHO_CLIP = 1e3
@@ -102,10 +100,9 @@ class _FusedReFERVRACERLoss(th.autograd.Function):
         z_mu = (actions - behaviour_mean) * th.exp(-behaviour_log_std)
         # log rho = log pi - log mu (the 2 pi terms cancel)
         log_rhos = (0.5 * (z_mu.square() - z_pi.square()) + behaviour_log_std - log_std).sum(-1)
-        if rule_1:  # rule 1: near iff |log rho| < log c_max; rho = exp(min(log rho, log c_max)), unchanged where near
-            log_c_max = th.log(c_max) if isinstance(c_max, th.Tensor) else math.log(c_max)
-            near = (log_rhos.abs() < log_c_max).to(values.dtype)
-            rhos = th.exp(th.clamp(log_rhos, max=log_c_max))
+        if rule_1:  # rule 1; rho = exp(min(log rho, log c_max)), unchanged where near
+            near = is_near_policy(log_rhos, c_max).to(values.dtype)
+            rhos = th.exp(th.clamp(log_rhos, max=log_c_max(c_max)))
         else:
             near = th.ones_like(log_rhos)
             rhos = clipped_ratio(log_rhos, UNBOUNDED_RHO_CLIP)

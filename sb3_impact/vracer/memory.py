@@ -4,7 +4,7 @@ appendix C).
 
 Steps are kept in ring arrays of ``buffer_size`` slots, each episode in consecutive slots (in ring
 order). An episode enters the memory when it ends (Algorithm 2: its Retrace estimates need its last
-step); until then its steps wait in a per-environment staging list. When an episode does not fit,
+step); until then its steps wait, column-wise, in a per-environment staging list. When an episode does not fit,
 the oldest whole episodes are evicted first (FIFO by episode). Sampling is uniform over the stored
 steps. Each step keeps the behaviour ``mu_t`` (mean and log std, the layout of
 :mod:`sb3_impact.common.distributions`), the last computed ``V(s_t)`` and ``log rho_t``, and
@@ -26,11 +26,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch as th
 from gymnasium import spaces
+from stable_baselines3.common.utils import get_device
 
 from sb3_impact.common.distributions import behaviour_params_dim
 from sb3_impact.common.estimators import retrace_q_ret, v_tbc
-from sb3_impact.common.observations import Observation
+from sb3_impact.common.observations import Observation, index_observation, map_observation, stack_observations
 from sb3_impact.common.refer import is_near_policy
 
 
@@ -44,6 +46,60 @@ class EpisodeRecord:
     final_observation: Any  # s_T, kept for truncated episodes (its value bootstraps Q_ret)
 
 
+@dataclass
+class StepBlock:
+    """
+    Steps kept column-wise: one array per field, the steps along the leading axis (``[T, B]`` for the columns of
+    a vector segment, ``[k]`` for ``k`` consecutive steps of one environment). Observations are split by key
+    (``""`` for a Box space).
+    """
+
+    observations: dict[str, np.ndarray]
+    actions: np.ndarray
+    rewards: np.ndarray
+    behaviour_params: np.ndarray
+    values: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.rewards)
+
+    def map(self, function: Callable[[np.ndarray], np.ndarray]) -> "StepBlock":
+        """``function`` applied to every array."""
+        arrays = (function(array) for array in (self.actions, self.rewards, self.behaviour_params, self.values))
+        return StepBlock({key: function(value) for key, value in self.observations.items()}, *arrays)
+
+    def rows(self, column: int, start: int, stop: int | None = None) -> "StepBlock":
+        """Steps ``start:stop`` of one column of ``[T, B]`` columns (views)."""
+        at = (slice(start, stop), column)
+        observations = {key: value[at] for key, value in self.observations.items()}
+        return StepBlock(observations, self.actions[at], self.rewards[at], self.behaviour_params[at], self.values[at])
+
+    @staticmethod
+    def concatenate(blocks: list["StepBlock"]) -> "StepBlock":
+        """The blocks one after the other (the block itself when there is one)."""
+        if len(blocks) == 1:
+            return blocks[0]
+        observations = {key: np.concatenate([block.observations[key] for block in blocks]) for key in blocks[0].observations}
+        fields = ("actions", "rewards", "behaviour_params", "values")
+        return StepBlock(observations, *(np.concatenate([getattr(block, name) for block in blocks]) for name in fields))
+
+    @staticmethod
+    def from_step_tuples(steps: list[tuple]) -> "StepBlock":
+        """The per-step tuples ``(observation, action, reward, behaviour params, value)`` of older pickles."""
+        return StepBlock(
+            {key: np.stack([step[0][key] for step in steps]) for key in steps[0][0]},
+            np.stack([np.asarray(step[1], dtype=np.float32).reshape(-1) for step in steps]),
+            np.asarray([step[2] for step in steps]),
+            np.stack([step[3] for step in steps]),
+            np.asarray([step[4] for step in steps]),
+        )
+
+
+def _one_step(array: Any) -> np.ndarray:
+    """``array`` with a leading time axis of length 1."""
+    return np.asarray(array)[None]
+
+
 class EpisodeReplayMemory:
     """
     FIFO-by-episode replay memory with uniform step sampling and Retrace / V-tbc estimates.
@@ -53,6 +109,7 @@ class EpisodeReplayMemory:
     :param action_space: action space (the behaviour parameters follow its layout)
     :param n_envs: number of environments feeding the memory in parallel
     :param gamma: discount factor of the Retrace estimates
+    :param device: the device of the model it feeds (``.device``, as SB3's buffers have; the memory itself is numpy)
     """
 
     def __init__(
@@ -62,6 +119,7 @@ class EpisodeReplayMemory:
         action_space: spaces.Space,
         n_envs: int = 1,
         gamma: float = 0.99,
+        device: th.device | str = "auto",
     ) -> None:
         if buffer_size < 1:
             raise ValueError(f"buffer_size must be positive, got {buffer_size}")
@@ -70,6 +128,7 @@ class EpisodeReplayMemory:
         self.action_space = action_space
         self.n_envs = n_envs
         self.gamma = gamma
+        self.device = get_device(device)
         self.reward_scale = 1.0  # rewards are divided by it in the Retrace estimates (appendix B, eq. 16)
         subspaces = observation_space.spaces if isinstance(observation_space, spaces.Dict) else {"": observation_space}
         self.observations = {
@@ -90,7 +149,7 @@ class EpisodeReplayMemory:
         self.episodes: deque[EpisodeRecord] = deque()
         self.head = 0
         self.size = 0
-        self.staging: list[list[tuple]] = [[] for _ in range(n_envs)]
+        self.staged: list[list[StepBlock]] = [[] for _ in range(n_envs)]  # each env's running episode, in blocks
         self.staged_next_observations: list[Any] = [None] * n_envs  # s_{t+1} after each env's last staged step
         self.n_episodes_added = 0
         self.n_episodes_evicted = 0
@@ -105,11 +164,15 @@ class EpisodeReplayMemory:
         if "far" not in state:  # pickled before the far-policy count was kept: the algorithm recounts on load
             self.far = np.zeros(self.capacity, dtype=bool)
             self.n_far = 0
+        if "staging" in state:  # pickled when running episodes were staged step by step, as tuples
+            self.staged = [[StepBlock.from_step_tuples(steps)] if steps else [] for steps in self.__dict__.pop("staging")]
+        if "device" not in state:  # pickled before the memory had one: the algorithm sets its own on load
+            self.device = th.device("cpu")
 
     @property
     def n_staged_steps(self) -> int:
         """Steps of episodes still running, not yet sampleable."""
-        return sum(len(steps) for steps in self.staging)
+        return sum(len(block) for blocks in self.staged for block in blocks)
 
     def _split_observation(self, observation: Observation) -> dict[str, np.ndarray]:
         return dict(observation) if isinstance(observation, dict) else {"": np.asarray(observation)}
@@ -134,34 +197,88 @@ class EpisodeReplayMemory:
         env_ids: np.ndarray | None = None,
     ) -> None:
         """
-        Add one vector step (one transition per environment); complete the episodes that ended.
+        Add one vector step (one transition per environment): :meth:`add_segment` of one step.
 
-        :param observations: ``s_t`` of each environment (raw, unnormalised)
+        :param final_observations: ``s_T`` of each environment where an episode ended, else None
+        :param final_values: ``V(s_T)`` of each environment (used where an episode was truncated)
+
+        The other arguments are those of :meth:`add_segment` without the time axis.
+        """
+        ends = [column for column, final in enumerate(final_observations) if final is not None]
+        self.add_segment(
+            map_observation(observations, _one_step),
+            _one_step(actions),
+            _one_step(rewards),
+            _one_step(behaviour_params),
+            _one_step(values),
+            _one_step(dones),
+            _one_step(truncateds),
+            stack_observations([final_observations[column] for column in ends]) if ends else None,
+            np.array([(0, column) for column in ends], dtype=np.int64).reshape(-1, 2),
+            _one_step(final_values),
+            next_observations,
+            env_ids,
+        )
+
+    def add_segment(
+        self,
+        observations: Observation,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        behaviour_params: np.ndarray,
+        values: np.ndarray,
+        dones: np.ndarray,
+        truncateds: np.ndarray,
+        final_observations: Observation | None,
+        final_observation_indices: np.ndarray,
+        final_values: np.ndarray,
+        next_observations: Observation,
+        env_ids: np.ndarray | None = None,
+    ) -> None:
+        """
+        Add ``T`` vector steps of ``B`` environments, given as time-major numpy columns ``[T, B, ...]`` (the layout of
+        a :class:`~sb3_impact.common.segments.Segment`). Each column is cut at its episode ends: an episode that ends
+        enters the memory (episodes enter in the order they end, step by step, column by column), the steps after
+        a column's last end are staged until their episode ends.
+
+        :param observations: ``s_t`` (raw, unnormalised)
         :param actions: ``a_t`` as sampled from the Gaussian (before any clipping)
         :param rewards: ``r_{t+1}`` (unscaled)
         :param behaviour_params: the parameters of ``mu_t``
         :param values: ``V(s_t)`` at collection time
-        :param dones: whether the episode ended after this step
+        :param dones: whether the episode ended after the step
         :param truncateds: whether that end was a time limit (the MDP did not end)
-        :param final_observations: ``s_T`` where an episode ended, else None
-        :param final_values: ``V(s_T)`` where an episode was truncated (ignored elsewhere)
-        :param next_observations: the observations returned by the step (after a reset where an episode ended)
+        :param final_observations: ``s_T`` of the ``K`` episodes that ended with a known last observation, stacked
+            ``[K, ...]`` (None when ``K = 0``); the ``i``-th ended at ``final_observation_indices[i] = (t, column)``
+        :param final_observation_indices: ``[K, 2]``
+        :param final_values: ``V(s_T)``, ``[T, B]`` (used where an episode was truncated)
+        :param next_observations: the observations after the last step, ``[B, ...]``
         :param env_ids: which of the memory's ``n_envs`` environments each column is (several Ray workers feed
             one memory); None: the columns are environments ``0 .. n_envs - 1``
         """
-        split = self._split_observation(observations)
+        n_steps, n_envs = dones.shape
+        actions = actions.reshape(n_steps, n_envs, -1)  # the memory keeps flat actions
+        columns = StepBlock(self._split_observation(observations), actions, rewards, behaviour_params, values)
+        envs = range(n_envs) if env_ids is None else [int(env) for env in env_ids]
+        finals = {(t, column): index for index, (t, column) in enumerate(final_observation_indices.reshape(-1, 2).tolist())}
+        starts = [0] * n_envs  # each column's first step not yet in the memory
+        end_steps, end_columns = dones.nonzero()  # row-major: in the order the episodes end
+        for t, column in zip(end_steps.tolist(), end_columns.tolist(), strict=True):
+            env, index = envs[column], finals.get((t, column))
+            final = None if index is None else map_observation(index_observation(final_observations, index), np.array)
+            episode = [*self.staged[env], columns.rows(column, starts[column], t + 1)]
+            self._insert_episode(episode, bool(truncateds[t, column]), final, float(final_values[t, column]))
+            self.staged[env] = []
+            starts[column] = t + 1
+        if min(starts) < n_steps:  # staged as views of one copy: the caller's arrays are not the memory's
+            columns = columns.map(np.array)
         next_split = self._split_observation(next_observations)
-        columns = range(len(dones))
-        for column, env in zip(columns, columns if env_ids is None else env_ids, strict=True):
-            next_observation = {key: np.array(value[column]) for key, value in next_split.items()}
-            self.staged_next_observations[env] = self._join_observation(next_observation)
-            observation = {key: np.array(value[column]) for key, value in split.items()}
-            step = (observation, actions[column], rewards[column], behaviour_params[column], values[column])
-            self.staging[env].append(step)
-            if dones[column]:
-                truncated = bool(truncateds[column])
-                self._insert_episode(self.staging[env], truncated, final_observations[column], float(final_values[column]))
-                self.staging[env] = []
+        for column, env in enumerate(envs):
+            if starts[column] < n_steps:
+                self.staged[env].append(columns.rows(column, starts[column]))
+            self.staged_next_observations[env] = self._join_observation(
+                {key: np.array(value[column]) for key, value in next_split.items()}
+            )
 
     def close_staged_episodes(self, value_fn: Callable[[list[Observation]], np.ndarray], env_ids: Any = None) -> int:
         """
@@ -173,16 +290,16 @@ class EpisodeReplayMemory:
         collected step is lost. Returns the number of steps moved into the memory.
         """
         candidates = range(self.n_envs) if env_ids is None else (int(env) for env in env_ids)
-        envs = [env for env in candidates if self.staging[env]]
+        envs = [env for env in candidates if self.staged[env]]
         if not envs:
             return 0
         final_observations = [self.staged_next_observations[env] for env in envs]
         final_values = np.asarray(value_fn(final_observations), dtype=np.float64).reshape(-1)
         moved = 0
         for env, final_observation, final_value in zip(envs, final_observations, final_values, strict=True):
-            moved += len(self.staging[env])
-            self._insert_episode(self.staging[env], True, final_observation, float(final_value))
-            self.staging[env] = []
+            moved += sum(len(block) for block in self.staged[env])
+            self._insert_episode(self.staged[env], True, final_observation, float(final_value))
+            self.staged[env] = []
         return moved
 
     def set_n_envs(self, n_envs: int) -> None:
@@ -190,7 +307,7 @@ class EpisodeReplayMemory:
         if self.n_staged_steps:
             raise ValueError("close the running episodes (close_staged_episodes) before changing n_envs")
         self.n_envs = n_envs
-        self.staging = [[] for _ in range(n_envs)]
+        self.staged = [[] for _ in range(n_envs)]
         self.staged_next_observations = [None] * n_envs
 
     def _evict_oldest(self) -> None:
@@ -206,21 +323,22 @@ class EpisodeReplayMemory:
         self.n_episodes_evicted += 1
         self.n_steps_evicted += episode.length
 
-    def _insert_episode(self, steps: list[tuple], truncated: bool, final_observation: Any, final_value: float) -> None:
-        if len(steps) > self.capacity:
-            self.n_steps_dropped += len(steps) - self.capacity
-            steps = steps[-self.capacity :]
-        length = len(steps)
+    def _insert_episode(self, blocks: list[StepBlock], truncated: bool, final_observation: Any, final_value: float) -> None:
+        episode = StepBlock.concatenate(blocks)
+        if len(episode) > self.capacity:
+            self.n_steps_dropped += len(episode) - self.capacity
+            episode = episode.map(lambda array: array[-self.capacity :])
+        length = len(episode)
         while self.size + length > self.capacity:
             self._evict_oldest()
         start = (self.head + self.size) % self.capacity
         slots = (start + np.arange(length)) % self.capacity
         for key in self.observations:
-            self.observations[key][slots] = np.stack([step[0][key] for step in steps])
-        self.actions[slots] = np.stack([np.asarray(step[1], dtype=np.float32).reshape(-1) for step in steps])
-        self.rewards[slots] = [step[2] for step in steps]
-        self.behaviour_params[slots] = np.stack([step[3] for step in steps])
-        self.values[slots] = [step[4] for step in steps]
+            self.observations[key][slots] = episode.observations[key]
+        self.actions[slots] = np.asarray(episode.actions, dtype=np.float32).reshape(length, -1)
+        self.rewards[slots] = episode.rewards
+        self.behaviour_params[slots] = episode.behaviour_params
+        self.values[slots] = episode.values
         self.log_rhos[slots] = 0.0  # pi = mu at collection time
         self.n_far -= int(np.count_nonzero(self.far[slots]))
         self.far[slots] = False

@@ -22,8 +22,6 @@ from sb3_impact.common.modes import evaluation_mode, has_mode_dependent_layers
 from sb3_impact.common.observations import (
     Observation,
     check_observation_space,
-    index_observation,
-    map_observation,
     stack_observations,
 )
 from sb3_impact.common.policy_evaluation import segment_values
@@ -240,7 +238,7 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
         self.set_random_seed(self.seed)
         if self.replay_buffer is None:
             self.replay_buffer = EpisodeReplayMemory(
-                self.buffer_size, self.observation_space, self.action_space, n_envs=self.n_envs, gamma=self.gamma
+                self.buffer_size, self.observation_space, self.action_space, self.n_envs, self.gamma, device=self.device
             )
         self.policy = self.policy_class(self.observation_space, self.action_space, self.lr_schedule, **self.policy_kwargs)
         self.policy = self.policy.to(self.device)
@@ -276,8 +274,8 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
 
     def _store_segment(self, segment: Segment) -> None:
         """
-        Stage every step of a collected segment in the memory; an ended episode enters it with ``V(s_T)`` if it
-        was truncated.
+        Add a collected segment to the memory (:meth:`EpisodeReplayMemory.add_segment`): an ended episode enters it
+        with ``V(s_T)`` if it was truncated, the steps of running episodes are staged.
 
         ``V(s_t)`` of the whole segment and ``V(s_T)`` of its truncated episodes come from the learner's current
         policy, in batched forward passes (:func:`~sb3_impact.common.policy_evaluation.segment_values`). The
@@ -285,34 +283,25 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
         V-RACER standardises states itself, so one is not needed); the rewards are the original ones where the
         sampler recorded them (a VecNormalize on the sampler's env), else those the sampler saw.
         """
-        n_steps, n_envs = segment.n_steps, segment.n_envs
         if segment.envs_reset:  # a new (or replacement) Ray worker: its environments' open episodes ended unfinished
             self.replay_buffer.close_staged_episodes(self._values_of, segment.column_env_ids)
-        rewards = segment.extras.get("original_rewards", segment.rewards)
         self._episode_num += int(segment.dones.sum())
-        values, _, final_values_at = segment_values(segment, self._batch_values)
-        finals_at: dict[int, list[tuple[int, int]]] = {}
-        for index, (step, env_index) in enumerate(segment.final_observation_indices.tolist()):
-            finals_at.setdefault(step, []).append((env_index, index))
-        dones = segment.dones
-        for step in range(n_steps):
-            final_observations: list[Observation | None] = [None] * n_envs
-            for env_index, index in finals_at.get(step, ()):
-                final_observation = index_observation(segment.final_observations, index)
-                final_observations[env_index] = map_observation(final_observation, np.array)  # a copy, not a view
-            self.replay_buffer.add(
-                index_observation(segment.observations, step),
-                segment.actions[step],
-                rewards[step],
-                segment.behaviour_params[step],
-                values[step],
-                dones[step],
-                segment.truncations[step],
-                final_observations,
-                final_values_at[step],
-                segment.observation_after(step),
-                segment.env_ids,
-            )
+        values, _, final_values = segment_values(segment, self._batch_values)
+        self.replay_buffer.add_segment(
+            segment.observations,
+            segment.actions,
+            segment.extras.get("original_rewards", segment.rewards),
+            segment.behaviour_params,
+            values,
+            segment.dones,
+            segment.truncations,
+            segment.final_observations,
+            segment.final_observation_indices,
+            final_values,
+            segment.next_observations,
+            segment.env_ids,
+        )
+        for _ in range(segment.n_steps):  # SB3's hook after each environment step
             self._on_step()
 
     def _setup_learn(
@@ -341,6 +330,7 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
         if memory.n_envs != self.n_envs:  # its running episodes belong to other environments: end them now
             memory.close_staged_episodes(self._values_of)
             memory.set_n_envs(self.n_envs)
+        memory.device = self.device  # the model's, as SB3's load_replay_buffer gives its buffers
         self.replay_buffer = memory
         self._memory_estimates_stale = True
 

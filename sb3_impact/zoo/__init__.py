@@ -6,10 +6,13 @@ and points rl-zoo3's ``ExperimentManager`` at the yml files in ``sb3_impact/hype
 explicit ``-conf`` still wins). The package installs a startup hook (``sb3_impact.pth`` and, for
 Pythons that use them, ``sb3_impact.start``) that calls it when ``rl_zoo3`` is first imported; set
 ``SB3_IMPACT_NO_ZOO_HOOK=1`` to turn the hook off. :func:`register` also adds a hyperparameter sampler per
-algorithm to rl-zoo3's optimiser (``-optimize``), see :mod:`sb3_impact.zoo.samplers`.
+algorithm to rl-zoo3's optimiser (``-optimize``), see :mod:`sb3_impact.zoo.samplers`, and makes the optimiser
+prune a trial of these algorithms whose settings (sampled, from the yml or ``-params``) they refuse to build.
 """
 
 from pathlib import Path
+from types import TracebackType
+from typing import Any
 
 from sb3_impact import IMPACT, IMPALA, PPOAMBER, PTRPPO, VRACER, SACReFER, TD3ReFER
 
@@ -39,10 +42,18 @@ def register_algos() -> None:
 
 
 def patch_experiment_manager() -> None:
-    """Make ``ExperimentManager`` read our yml for our algorithms unless ``-conf`` names another (idempotent)."""
+    """
+    Make ``ExperimentManager`` read our yml for our algorithms unless ``-conf`` names another, and prune the
+    optimiser's trials whose model cannot be built (idempotent).
+    """
     from rl_zoo3.exp_manager import ExperimentManager
 
-    original_init = ExperimentManager.__init__
+    _patch_config_path(ExperimentManager)
+    _patch_objective(ExperimentManager)
+
+
+def _patch_config_path(manager_class: type) -> None:
+    original_init = manager_class.__init__
     if getattr(original_init, "_sb3_impact_patched", False):
         return
 
@@ -55,7 +66,45 @@ def patch_experiment_manager() -> None:
             self.config = str(hyperparams_path(self.algo))
 
     __init__._sb3_impact_patched = True  # type: ignore[attr-defined]
-    ExperimentManager.__init__ = __init__  # type: ignore[method-assign]
+    manager_class.__init__ = __init__  # type: ignore[misc]
+
+
+def _patch_objective(manager_class: type) -> None:
+    """
+    rl-zoo3's ``objective`` prunes a trial whose ``learn()`` raises, but a model that refuses its settings when it is
+    built (``batch_size`` above ``n_steps * n_envs`` after ``-params n_steps:10``, say) ends the whole study. For our
+    algorithms such a trial is pruned instead (``optuna.TrialPruned`` with the reason, also kept in the trial's
+    ``pruned_reason`` user attribute, a column of rl-zoo3's report).
+    """
+    original_objective = manager_class.objective
+    if getattr(original_objective, "_sb3_impact_patched", False):
+        return
+
+    def objective(self, trial: Any) -> float:
+        try:
+            return original_objective(self, trial)
+        except (ValueError, TypeError) as error:
+            algo_class = ZOO_ALGOS.get(self.algo)
+            if algo_class is None or not _raised_in_constructor(error.__traceback__, algo_class):
+                raise
+            import optuna
+
+            reason = f"{algo_class.__name__} cannot be built with this trial's settings: {error}"
+            trial.set_user_attr("pruned_reason", reason)
+            raise optuna.TrialPruned(reason) from error
+
+    objective._sb3_impact_patched = True  # type: ignore[attr-defined]
+    manager_class.objective = objective  # type: ignore[attr-defined]
+
+
+def _raised_in_constructor(traceback: TracebackType | None, algo_class: type) -> bool:
+    """Whether the traceback passes through the ``__init__`` of an ``algo_class`` instance (the model being built)."""
+    while traceback is not None:
+        frame = traceback.tb_frame
+        if frame.f_code.co_name == "__init__" and isinstance(frame.f_locals.get("self"), algo_class):
+            return True
+        traceback = traceback.tb_next
+    return False
 
 
 def register_samplers() -> None:

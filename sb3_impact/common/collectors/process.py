@@ -116,7 +116,6 @@ class ProcessCollector(Collector):
 
     def __init__(self, sampler: SegmentSampler, queue_size: int = 1) -> None:
         super().__init__(sampler)
-        self.check_options(queue_size=queue_size)
         self.queue_size = queue_size
         self._context = mp.get_context("fork")
         self._process: Any = None

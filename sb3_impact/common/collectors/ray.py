@@ -15,6 +15,7 @@ actor's copy is older, and Ray fetches the object once per node.
 """
 
 import contextlib
+import inspect
 import logging
 import math
 import os
@@ -186,15 +187,14 @@ class RayCollector(Collector):
     lag_window = 100
 
     @classmethod
-    def check_options(
-        cls,
-        queue_size: int = 1,
-        num_workers: int | None = None,
-        envs_per_worker: int = 1,
-        address: str | None = None,
-        num_cpus_per_worker: float = 1.0,
-    ) -> None:
+    def check_options(cls, **options: Any) -> None:
         import_ray()  # ImportError naming the extra to install
+        # The options, with their defaults, are __init__'s arguments (written once, there).
+        bound = inspect.signature(cls.__init__).bind_partial(**options)
+        bound.apply_defaults()
+        values = bound.arguments
+        queue_size, num_workers, envs_per_worker = values["queue_size"], values["num_workers"], values["envs_per_worker"]
+        address, cpus = values["address"], values["num_cpus_per_worker"]
         check_queue_size(queue_size)
         for name, value in (("num_workers", num_workers), ("envs_per_worker", envs_per_worker)):
             if value is None and name == "num_workers":
@@ -203,7 +203,6 @@ class RayCollector(Collector):
                 raise ValueError(f"collector_kwargs: {name} must be an integer >= 1, got {value!r}")
         if address is not None and not isinstance(address, str):
             raise TypeError(f"collector_kwargs: address must be a string (host:port or 'auto') or None, got {address!r}")
-        cpus = num_cpus_per_worker
         if isinstance(cpus, bool) or not isinstance(cpus, int | float | np.integer | np.floating):
             raise TypeError(f"collector_kwargs: num_cpus_per_worker must be a number, got {cpus!r}")
         if not (np.isfinite(cpus) and cpus > 0 and (cpus <= 1 or float(cpus).is_integer())):
@@ -222,7 +221,6 @@ class RayCollector(Collector):
         num_cpus_per_worker: float = 1.0,
     ) -> None:
         super().__init__(sampler)
-        self.check_options(queue_size, num_workers, envs_per_worker, address, num_cpus_per_worker)
         worker_env = sampler.env_source
         if worker_env is None or not (isinstance(worker_env, str) or callable(worker_env)):
             raise ValueError(

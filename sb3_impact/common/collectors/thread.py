@@ -40,7 +40,6 @@ class ThreadCollector(Collector):
 
     def __init__(self, sampler: SegmentSampler, queue_size: int = 1, limit_learner_threads: bool = False) -> None:
         super().__init__(sampler)
-        self.check_options(queue_size=queue_size, limit_learner_threads=limit_learner_threads)
         self.limit_learner_threads = limit_learner_threads
         self._queue: queue.Queue[Segment] = queue.Queue()
         self._ahead = threading.Semaphore(queue_size)  # segments collected or in progress, not yet taken
