@@ -195,8 +195,8 @@ def evaluations_table(summary: dict[str, Any], points: list[EvalPoint]) -> str:
 def throughput_table(reports: list[dict[str, Any]]) -> str:
     lines = [
         "| algo | env | vec env | collector | batch steps | C s | L s | T_async s | T_async / max(C, L) | T_sync s "
-        "| broadcast share | lag mean / max | command, machine, date |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| broadcast share | lag mean / max | CPU s / 1k steps (T_async) | command, machine, date |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
 
     def number(report: dict[str, Any], key: str, fmt: str = "{:.4f}") -> str:
@@ -209,7 +209,8 @@ def throughput_table(reports: list[dict[str, Any]]) -> str:
             report["algo"],
             report["env"],
             report["vec_env"],
-            report["collector"],
+            report["collector"]
+            + (f", {report['busy_processes']} busy processes beside it" if report.get("busy_processes") else ""),
             str(report.get("batch_env_steps", "-")),
             number(report, "C_collect_seconds_per_batch"),
             number(report, "L_learn_seconds_per_batch"),
@@ -218,6 +219,7 @@ def throughput_table(reports: list[dict[str, Any]]) -> str:
             number(report, "T_sync_seconds_per_batch"),
             number(report, "broadcast_share_of_learner_time", "{:.1%}"),
             f"{number(report, 'policy_lag_mean', '{:.1f}')} / {number(report, 'policy_lag_max', '{:.0f}')}",
+            number(report, "T_async_cpu_seconds_per_1k_steps", "{:.2f}"),
             f"`{report['command']}`, {machine_line(machine)}",
         ]
         lines.append("| " + " | ".join(row) + " |")

@@ -8,14 +8,24 @@ Measures, per batch (one collected segment of n_steps x n_envs environment steps
 - L: pure learning time (the learner fed pre-collected segments, no collection);
 - T_async: the asynchronous run's time per batch, and T_async / max(C, L) (1.0 is perfect overlap);
 - T_sync: the synchronous run's time per batch (about C + L);
-- the weight-broadcast time as a share of learner time, and the policy lag (mean, max).
-Writes results/throughput_ALGO_ENV_VECENV_COLLECTOR.json (Ctrl-C writes the measurements that finished).
+- the weight-broadcast time as a share of learner time, and the policy lag (mean, max);
+- CPU-seconds and wall seconds per 1000 environment steps of each measurement (this process and the processes it
+  started and waited for: a process collector's; not Ray's workers), so that spinning threads show.
+With ``--busy N``, N CPU-bound processes run beside every measurement (started before it, stopped after it): the
+busy machine users and CI have. Writes results/throughput_ALGO_ENV_VECENV_COLLECTOR[_busyN].json (Ctrl-C writes
+the measurements that finished and stops the busy processes).
 """
 
 import argparse
+import contextlib
 import csv
+import os
+import signal
+import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -70,15 +80,51 @@ def build(algo: str, env_id: str, seed: int, device: str, subproc: bool = False,
     return model
 
 
+@contextlib.contextmanager
+def busy_processes(count: int) -> Iterator[list[subprocess.Popen]]:
+    """
+    ``count`` CPU-bound processes (a Python busy loop each, in a session of its own) for the length of the block,
+    then killed and reaped, on an error or Ctrl-C too. Their CPU time is not in :func:`cpu_seconds` measured inside
+    the block: they are reaped after it.
+    """
+    processes: list[subprocess.Popen] = []
+    try:
+        for _ in range(count):
+            processes.append(
+                subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True, stdin=subprocess.DEVNULL)
+            )
+        yield processes
+    finally:
+        for process in processes:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+        for process in processes:
+            process.wait()
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and of the children it has waited for (user + system)."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+def per_thousand_steps(report: dict, name: str, wall: float, cpu: float, steps: int) -> None:
+    """Wall and CPU seconds per 1000 environment steps of measurement ``name``."""
+    report[f"{name}_wall_seconds_per_1k_steps"] = 1000 * wall / steps
+    report[f"{name}_cpu_seconds_per_1k_steps"] = 1000 * cpu / steps
+
+
 def timed_learn(model: VTraceActorCritic, n_batches: int) -> tuple[float, dict[str, list[float]]]:
-    """Seconds per batch of learn() over ``n_batches`` batches, and the logged train/ and collector/ columns."""
+    """Seconds per batch of learn() over ``n_batches`` batches, and the logged train/ and collector/ columns (with
+    ``cpu_seconds``: the CPU time of the whole learn())."""
     envs_per_segment = model.collector_kwargs.get("envs_per_worker", 1) if model.collector == "ray" else model.n_envs
     batch_size = model.n_steps * envs_per_segment
     with tempfile.TemporaryDirectory() as folder:
         model.set_logger(configure(folder, ["csv"]))
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), cpu_seconds()
         model.learn(n_batches * batch_size)
         seconds = time.perf_counter() - start
+        cpu = cpu_seconds() - cpu_start
         with open(Path(folder) / "progress.csv") as file:
             rows = list(csv.DictReader(file))
     columns: dict[str, list[float]] = {}
@@ -86,6 +132,7 @@ def timed_learn(model: VTraceActorCritic, n_batches: int) -> tuple[float, dict[s
         for key, value in row.items():
             if value not in ("", None):
                 columns.setdefault(key, []).append(float(value))
+    columns["cpu_seconds"] = [cpu]
     return seconds / n_batches, columns
 
 
@@ -111,8 +158,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--vec-env", choices=["dummy", "subproc"], default="dummy")
     parser.add_argument("--collector", choices=sorted(ASYNC_COLLECTORS), default="thread", help="the T_async run's collector")
     parser.add_argument("--workers", type=int, default=None, help="Ray workers with --collector ray (default: CPUs - 1)")
+    parser.add_argument("--busy", type=int, default=0, help="CPU-bound processes running beside each measurement")
     parser.add_argument("--out", type=Path, default=Path("results"))
     args = parser.parse_args(argv)
+    if args.busy < 0:
+        parser.error(f"--busy must be >= 0, got {args.busy}")
     try:
         validate_names([args.algo], [args.env])
     except ValueError as error:
@@ -125,52 +175,19 @@ def main(argv: list[str] | None = None) -> None:
         "vec_env": args.vec_env,
         "collector": args.collector,
         "device": args.device,
+        "busy_processes": args.busy,
         "machine": machine_description(args.device),
         "command": "python -m benchmarks.throughput "
         f"--algo {args.algo} --env {args.env} --batches {args.batches} --vec-env {args.vec_env} --collector {args.collector}"
         + (f" --device {args.device}" if args.device != "cpu" else "")
-        + (f" --workers {args.workers}" if args.workers else ""),
+        + (f" --workers {args.workers}" if args.workers else "")
+        + (f" --busy {args.busy}" if args.busy else ""),
     }
-    out = args.out / f"throughput_{args.algo}_{args.env}_{args.vec_env}_{args.collector}.json"
+    busy = f"_busy{args.busy}" if args.busy else ""
+    out = args.out / f"throughput_{args.algo}_{args.env}_{args.vec_env}_{args.collector}{busy}.json"
     progress = tqdm(total=4, desc="throughput: C")
     try:
-        # C: the sampler alone.
-        model = build(args.algo, args.env, args.seed, args.device, subproc, collector="sync", collector_kwargs=None)
-        model._setup_learn(1, None, True, "throughput", False)
-        collector = model._make_collector()
-        report["batch_env_steps"] = model.n_steps * model.n_envs
-        start = time.perf_counter()
-        segments = [collector.get_segment() for _ in tqdm(range(args.batches), desc="collecting", leave=False)]
-        report["C_collect_seconds_per_batch"] = (time.perf_counter() - start) / args.batches
-        progress.update()
-
-        # L: the learner alone, fed the same segments.
-        progress.set_description("throughput: L")
-        model._make_collector = lambda *_, **__: PrecollectedCollector(collector.sampler, segments)  # type: ignore[method-assign]
-        report["L_learn_seconds_per_batch"], _ = timed_learn(model, args.batches)
-        model.env.close()
-        progress.update()
-
-        # T_async and T_sync: the real thing.
-        progress.set_description("throughput: T_async")
-        options: dict = {"collector": args.collector}
-        if args.collector == "ray":
-            options["collector_kwargs"] = {"num_workers": args.workers}
-        async_model = build(args.algo, args.env, args.seed, args.device, subproc, **options)
-        async_seconds, async_logs = timed_learn(async_model, args.batches)
-        async_model.env.close()
-        report["T_async_seconds_per_batch"] = async_seconds
-        report["broadcast_share_of_learner_time"] = async_model._broadcast_seconds / (async_seconds * args.batches)
-        report["policy_lag_mean"] = float(np.mean(async_logs.get("train/policy_lag", [np.nan])))
-        report["policy_lag_max"] = float(np.max(async_logs.get("train/policy_lag_max", [np.nan])))
-        report["env_steps_per_second_async"] = report["batch_env_steps"] / async_seconds
-        report.update({f"collector_{key}": value for key, value in async_model.collector_stats.items()})
-        progress.update()
-        progress.set_description("throughput: T_sync")
-        sync_model = build(args.algo, args.env, args.seed, args.device, subproc, collector="sync", collector_kwargs=None)
-        report["T_sync_seconds_per_batch"], _ = timed_learn(sync_model, args.batches)
-        sync_model.env.close()
-        progress.update()
+        measure(args, report, progress, subproc)
     except KeyboardInterrupt:
         report["interrupted"] = True
         print("\ninterrupted: writing the measurements that finished")
@@ -182,6 +199,57 @@ def main(argv: list[str] | None = None) -> None:
         if key != "machine":
             print(f"{key:36s} {value:.4g}" if isinstance(value, float) else f"{key:36s} {value}")
     print(f"wrote {out}")
+
+
+def measure(args: argparse.Namespace, report: dict, progress: tqdm, subproc: bool) -> None:
+    """C, L, T_async and T_sync into ``report``, each with ``args.busy`` CPU-bound processes beside it."""
+    # C: the sampler alone.
+    model = build(args.algo, args.env, args.seed, args.device, subproc, collector="sync", collector_kwargs=None)
+    model._setup_learn(1, None, True, "throughput", False)
+    collector = model._make_collector()
+    report["batch_env_steps"] = model.n_steps * model.n_envs
+    with busy_processes(args.busy):
+        start, cpu_start = time.perf_counter(), cpu_seconds()
+        segments = [collector.get_segment() for _ in tqdm(range(args.batches), desc="collecting", leave=False)]
+        wall, cpu = time.perf_counter() - start, cpu_seconds() - cpu_start
+    report["C_collect_seconds_per_batch"] = wall / args.batches
+    per_thousand_steps(report, "C", wall, cpu, args.batches * report["batch_env_steps"])
+    progress.update()
+
+    # L: the learner alone, fed the same segments.
+    progress.set_description("throughput: L")
+    model._make_collector = lambda *_, **__: PrecollectedCollector(collector.sampler, segments)  # type: ignore[method-assign]
+    with busy_processes(args.busy):
+        report["L_learn_seconds_per_batch"], logs = timed_learn(model, args.batches)
+    steps = args.batches * report["batch_env_steps"]
+    per_thousand_steps(report, "L", report["L_learn_seconds_per_batch"] * args.batches, logs["cpu_seconds"][0], steps)
+    model.env.close()
+    progress.update()
+
+    # T_async and T_sync: the real thing.
+    progress.set_description("throughput: T_async")
+    options: dict = {"collector": args.collector}
+    if args.collector == "ray":
+        options["collector_kwargs"] = {"num_workers": args.workers}
+    async_model = build(args.algo, args.env, args.seed, args.device, subproc, **options)
+    with busy_processes(args.busy):
+        async_seconds, async_logs = timed_learn(async_model, args.batches)
+    per_thousand_steps(report, "T_async", async_seconds * args.batches, async_logs["cpu_seconds"][0], steps)
+    async_model.env.close()
+    report["T_async_seconds_per_batch"] = async_seconds
+    report["broadcast_share_of_learner_time"] = async_model._broadcast_seconds / (async_seconds * args.batches)
+    report["policy_lag_mean"] = float(np.mean(async_logs.get("train/policy_lag", [np.nan])))
+    report["policy_lag_max"] = float(np.max(async_logs.get("train/policy_lag_max", [np.nan])))
+    report["env_steps_per_second_async"] = report["batch_env_steps"] / async_seconds
+    report.update({f"collector_{key}": value for key, value in async_model.collector_stats.items()})
+    progress.update()
+    progress.set_description("throughput: T_sync")
+    sync_model = build(args.algo, args.env, args.seed, args.device, subproc, collector="sync", collector_kwargs=None)
+    with busy_processes(args.busy):
+        report["T_sync_seconds_per_batch"], sync_logs = timed_learn(sync_model, args.batches)
+    per_thousand_steps(report, "T_sync", report["T_sync_seconds_per_batch"] * args.batches, sync_logs["cpu_seconds"][0], steps)
+    sync_model.env.close()
+    progress.update()
 
 
 if __name__ == "__main__":

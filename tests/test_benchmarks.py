@@ -649,3 +649,17 @@ def test_recorders_write_each_runs_statistics_and_draw_them(tmp_path):
         validate_recorders(["nope"], ["vracer"])
     with pytest.raises(ValueError, match="records ptr_ppo runs"):
         validate_recorders(["priorities"], ["ppo", "vracer"])
+
+
+def test_busy_processes_run_beside_the_block_and_none_is_left_after_it():
+    from benchmarks.throughput import busy_processes, cpu_seconds
+
+    with pytest.raises(RuntimeError, match="inside"), busy_processes(2) as processes:
+        assert len(processes) == 2 and all(process.poll() is None for process in processes)
+        time.sleep(0.5)
+        with open(f"/proc/{processes[0].pid}/stat") as stat:  # it burns CPU: user time past 0.1 s
+            assert int(stat.read().rsplit(")", 1)[1].split()[11]) > 0.1 * os.sysconf("SC_CLK_TCK")
+        raise RuntimeError("inside")
+    assert all(process.returncode is not None for process in processes)
+    assert not any(Path(f"/proc/{process.pid}").exists() for process in processes)
+    assert cpu_seconds() > 0
