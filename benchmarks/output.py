@@ -213,7 +213,7 @@ def plot_curves(points: list[EvalPoint], path: Path, threshold: float | None = N
             plot_median_band(axis, xy, f"{label} ({len(runs)} seeds)", color)
     for axis, label in zip(axes, ("environment steps", "wall seconds (evaluation excluded)"), strict=True):
         axis.set_xlabel(label)
-        axis.set_ylabel("deterministic evaluation return")
+        axis.set_ylabel("evaluation return (stochastic policy on Atari, else deterministic)")
         if threshold is not None:
             axis.axhline(threshold, color="gray", linestyle="--", linewidth=1)
     figure.suptitle(points[0].env if points else "")

@@ -62,7 +62,8 @@ def learning_table(summary: dict[str, Any]) -> str:
         "",
         f"`{summary['command']}`  ",
         f"Machine: {machine_line(machine)}; "
-        f"{summary.get('eval_episodes', '?')} deterministic evaluation episodes every {every}{budget}; "
+        f"{summary.get('eval_episodes', '?')} {summary.get('eval_policy') or 'deterministic'} evaluation episodes every "
+        f"{every}{budget}; "
         f"medians over seeds [min, max]; IQM: interquartile mean over seeds [95% bootstrap CI]; "
         f"ratios vs `{baseline}` paired by seed.",
     ]
@@ -178,7 +179,8 @@ def evaluations_table(summary: dict[str, Any], points: list[EvalPoint]) -> str:
     lines = [
         f"#### {summary['env']}: every evaluation",
         "",
-        f"Mean return of {summary.get('eval_episodes', '?')} deterministic evaluation episodes at each step; "
+        f"Mean return of {summary.get('eval_episodes', '?')} {summary.get('eval_policy') or 'deterministic'} evaluation "
+        "episodes at each step; "
         "training time: wall time to the last step shown, evaluation excluded.",
         f"`{summary['command']}`; {machine_line(summary['machine'])}",
         "",
