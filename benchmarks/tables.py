@@ -77,6 +77,7 @@ class Table:
         self.folder = root / entry["data"]
         self.points: dict[str, list[EvalPoint]] = {}
         self.records: dict[str, list[dict[str, Any]]] = {}
+        self._summaries: dict[str, dict[str, Any]] = {}
         for env in self.envs:
             csv_path = self.folder / f"{env}.csv"
             if not csv_path.is_file():
@@ -102,7 +103,12 @@ class Table:
         return bool(self.points)
 
     def summary(self, env: str) -> dict[str, Any]:
-        """The env's statistics (``threshold_summary``) at the runs' budget, with the published target."""
+        """The env's statistics (``threshold_summary``) at the runs' budget, with the published target (computed once)."""
+        if env not in self._summaries:
+            self._summaries[env] = self._summarize(env)
+        return self._summaries[env]
+
+    def _summarize(self, env: str) -> dict[str, Any]:
         record = self.records[env][0]
         base_algo = re.sub(r"\[.*$", "", self.baseline)
         published = self.entry.get("published", PUBLISHED_RETURNS.get((base_algo, env)))
@@ -127,6 +133,8 @@ class Table:
             else f"every {first['eval_freq']} steps"
         )
         machine = first["machine"]
+        # Step-based runs may share the machine with other invocations (the protocol); wall-clock runs do not.
+        shared = " (step-based: other invocations may run beside it)" if not first.get("max_seconds") else " (alone)"
         software = machine.get("software", {})
         versions = ", ".join(
             f"{name} {software.get(name)}" for name in ("torch", "stable_baselines3", "gymnasium") if software
@@ -140,7 +148,8 @@ class Table:
         lines = [
             f"Budget {budget}; {first['eval_episodes']} {first['eval_policy']} evaluation episodes {grid} (the same "
             f"grid for every algo); seeds {', '.join(map(str, seeds))}; {machine['name']}, torch threads "
-            f"{first['torch_threads']} per run, {first['jobs']} run(s) at a time; {versions}; commit(s) "
+            f"{first['torch_threads']} per run, {first['jobs']} run(s) at a time per invocation{shared}; {versions}; "
+            f"commit(s) "
             f"{', '.join(commits)}; {' to '.join([dates[0], dates[-1]] if len(dates) > 1 else dates)}.",
             f"Recipe: [{self.entry['recipe']}]({relative(self.entry['page'], self.entry['recipe'])}); each run: "
             + "; ".join(f"`{command}`" for command in commands),
