@@ -36,7 +36,6 @@ import argparse
 import contextlib
 import csv
 import shlex
-import subprocess
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -59,6 +58,7 @@ from benchmarks.config import (
     validate_names,
 )
 from benchmarks.output import machine_description, write_json
+from benchmarks.protocol import git_commit
 from sb3_impact.common.training_batch import TrainingBatch
 
 SECTIONS = ("collection", "rollout_buffer", "epochs", "replay_steps", "scoring", "tensor_building", "memory", "other")
@@ -124,18 +124,8 @@ def timed_sections(model: Any, timer: SectionTimer) -> Iterator[None]:
 
 
 def package_commit() -> str:
-    """The git commit of the imported sb3_impact (with ``+dirty`` for uncommitted changes), or ``unknown``."""
-    directory = Path(sb3_impact.__file__).resolve().parent
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=directory, capture_output=True, text=True, check=True
-        )
-        status = subprocess.run(
-            ["git", "status", "--porcelain", "."], cwd=directory, capture_output=True, text=True, check=True
-        )
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return commit.stdout.strip() + ("+dirty" if status.stdout.strip() else "")
+    """The git commit of the imported sb3_impact (with ``+dirty`` for uncommitted changes in it), or ``unknown``."""
+    return git_commit(Path(sb3_impact.__file__).resolve().parent, short=True, only_directory=True)
 
 
 def measure(algo: str, env_id: str, steps: int, seed: int, project_steps: int) -> dict[str, Any]:

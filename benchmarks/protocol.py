@@ -87,14 +87,19 @@ def check_eval_settings(env_ids: list[str], eval_episodes: int) -> None:
         )
 
 
-def git_commit(directory: Path | None = None) -> str:
-    """The commit the benchmark code runs from, ``+dirty`` when it has uncommitted changes; ``unknown`` outside git."""
+def git_commit(directory: Path | None = None, short: bool = False, only_directory: bool = False) -> str:
+    """
+    The commit the code in ``directory`` (default: the benchmarks) runs from, ``+dirty`` when the checkout (or, with
+    ``only_directory``, that directory) has uncommitted changes; ``unknown`` outside git.
+    """
     directory = directory or Path(__file__).resolve().parent
+    rev_parse = ["git", "rev-parse", *(["--short"] if short else []), "HEAD"]
+    status = ["git", "status", "--porcelain", *(["."] if only_directory else [])]
     with contextlib.suppress(OSError, subprocess.SubprocessError):
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=directory, capture_output=True, text=True, timeout=10)
-        status = subprocess.run(["git", "status", "--porcelain"], cwd=directory, capture_output=True, text=True, timeout=10)
+        commit = subprocess.run(rev_parse, cwd=directory, capture_output=True, text=True, timeout=10)
+        changes = subprocess.run(status, cwd=directory, capture_output=True, text=True, timeout=10)
         if commit.returncode == 0:
-            return commit.stdout.strip() + ("+dirty" if status.stdout.strip() else "")
+            return commit.stdout.strip() + ("+dirty" if changes.stdout.strip() else "")
     return "unknown"
 
 
