@@ -483,13 +483,13 @@ class TorchThreadsDuringTraining(BaseCallback):
         return True
 
 
-def test_thread_collector_leaves_the_learner_its_torch_threads():
-    """torch.set_num_threads is process-wide: the thread collector must not lower it for the learner."""
+def test_learner_threads_none_leaves_the_learner_pytorchs_threads():
+    """torch.set_num_threads is process-wide: with learner_threads=None, neither IMPACT nor its thread collector lowers it."""
     previous = th.get_num_threads()
     th.set_num_threads(2)
     try:
         callback = TorchThreadsDuringTraining()
-        IMPACT("MlpPolicy", "CartPole-v1", collector="thread", **SMALL).learn(256, callback=callback)
+        IMPACT("MlpPolicy", "CartPole-v1", collector="thread", learner_threads=None, **SMALL).learn(256, callback=callback)
         assert callback.seen == {2} and th.get_num_threads() == 2
     finally:
         th.set_num_threads(previous)

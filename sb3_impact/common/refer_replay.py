@@ -45,6 +45,7 @@ from sb3_impact.common.refer import (
     is_near_policy,
     update_beta,
 )
+from sb3_impact.common.threads import DEFAULT_LEARNER_THREADS, check_learner_threads, learner_threads
 
 SelfReFER = TypeVar("SelfReFER", bound="ReFERMixin")
 
@@ -258,6 +259,7 @@ class ReFERMixin(ABC):
         refer_a: float = 5e-7,
         refer_d: float = 0.1,
         refer_rules: tuple[int, ...] | list[int] = (1, 2),
+        learner_threads: int | None = DEFAULT_LEARNER_THREADS,
         **kwargs: Any,
     ):
         check_refer_compatible(type(self).__name__, kwargs, self.refused_arguments)
@@ -265,6 +267,7 @@ class ReFERMixin(ABC):
         self.refer_c = refer_c
         self.refer_a = refer_a
         self.refer_d = refer_d
+        self.learner_threads = check_learner_threads(learner_threads)
         self.beta = 1.0
         super().__init__(policy, env, **{**kwargs, "replay_buffer_class": ReFERReplayBuffer})  # type: ignore[call-arg]
 
@@ -369,15 +372,19 @@ class ReFERMixin(ABC):
         reset_num_timesteps: bool = True,
         progress_bar: bool = False,
     ) -> SelfReFER:
-        """The SB3 class's ``learn``; the TensorBoard run is named after the class (``SACReFER``, ``TD3ReFER``) by default."""
-        return super().learn(  # type: ignore[misc]
-            total_timesteps=total_timesteps,
-            callback=callback,
-            log_interval=log_interval,
-            tb_log_name=type(self).__name__ if tb_log_name is None else tb_log_name,
-            reset_num_timesteps=reset_num_timesteps,
-            progress_bar=progress_bar,
-        )
+        """
+        The SB3 class's ``learn`` with ``learner_threads`` PyTorch threads (restored after it); the TensorBoard run
+        is named after the class (``SACReFER``, ``TD3ReFER``) by default.
+        """
+        with learner_threads(getattr(self, "learner_threads", DEFAULT_LEARNER_THREADS)):
+            return super().learn(  # type: ignore[misc]
+                total_timesteps=total_timesteps,
+                callback=callback,
+                log_interval=log_interval,
+                tb_log_name=type(self).__name__ if tb_log_name is None else tb_log_name,
+                reset_num_timesteps=reset_num_timesteps,
+                progress_bar=progress_bar,
+            )
 
     def _refer_reset_stats(self) -> None:
         self._refer_stats: dict[str, list[float]] = {"batch_near_fraction": [], "kl_mu_pi": []}

@@ -36,6 +36,7 @@ from sb3_impact.common.collectors import (
 from sb3_impact.common.env_util import close_env_after_failure, is_env_factory
 from sb3_impact.common.policy_evaluation import segment_values
 from sb3_impact.common.segments import Segment
+from sb3_impact.common.threads import DEFAULT_LEARNER_THREADS, check_learner_threads, learner_threads
 
 # The collection parameters before the collector component (see _migrate_saved_collection_parameters).
 OLD_COLLECTION_PARAMETERS = ("async_collection", "collector_queue_size", "num_workers", "envs_per_worker", "ray_address")
@@ -84,11 +85,18 @@ class SegmentLoopMixin(ABC):
     _last_obs: Any
     _n_updates: int
 
-    def _init_collection(self, env: Any, collector: str | type[Collector], collector_kwargs: dict[str, Any] | None) -> Any:
+    def _init_collection(
+        self,
+        env: Any,
+        collector: str | type[Collector],
+        collector_kwargs: dict[str, Any] | None,
+        learner_threads: int | None = DEFAULT_LEARNER_THREADS,
+    ) -> Any:
         """
-        Check the collection parameters (the one check of ``collector_kwargs``) and store them; returns the env to
-        hand to SB3 (a factory is called).
+        Check the collection parameters (the one check of ``collector_kwargs``) and the learner's threads, and store
+        them; returns the env to hand to SB3 (a factory is called).
         """
+        self.learner_threads = check_learner_threads(learner_threads)
         # Where remote workers build their environments from: the id or factory the learner's env came from.
         worker_env = env if isinstance(env, str) or is_env_factory(env) else None
         collector_type = check_collector(collector, collector_kwargs)
@@ -240,8 +248,10 @@ class SegmentLoopMixin(ABC):
         )
         assert self.env is not None
         iteration = 0
+        # A model saved before learner_threads existed loads without it: the default.
+        threads = getattr(self, "learner_threads", DEFAULT_LEARNER_THREADS)
         try:
-            with self._collecting(max(total_timesteps - self.num_timesteps, 0)) as collector:
+            with learner_threads(threads), self._collecting(max(total_timesteps - self.num_timesteps, 0)) as collector:
                 callback.on_training_start(locals(), globals())
                 self._on_learn_start(collector)
                 while self.num_timesteps < total_timesteps:

@@ -43,11 +43,12 @@ class SegmentPPO(OnPolicySegmentMixin, PPO):
         *args: Any,
         collector: str | type[Collector] = "sync",
         collector_kwargs: dict[str, Any] | None = None,
+        learner_threads: int | None = 1,
         rollout_buffer_class: type[RolloutBuffer] | None = None,
         _init_setup_model: bool = True,
         **kwargs: Any,
     ) -> None:
-        env = self._init_collection(env, collector, collector_kwargs)
+        env = self._init_collection(env, collector, collector_kwargs, learner_threads)
         if rollout_buffer_class is not None and not issubclass(rollout_buffer_class, BehaviourRecordingMixin):
             raise TypeError(
                 f"rollout_buffer_class must record the behaviour policy (a subclass of BehaviourRolloutBuffer or "

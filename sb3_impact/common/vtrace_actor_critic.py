@@ -73,6 +73,7 @@ class VTraceActorCritic(OnPolicySegmentMixin, OnPolicyAlgorithm):
         batch_size: int | None = None,
         collector: str | type[Collector] = "thread",
         collector_kwargs: dict[str, Any] | None = None,
+        learner_threads: int | None = 1,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
@@ -104,7 +105,7 @@ class VTraceActorCritic(OnPolicySegmentMixin, OnPolicyAlgorithm):
         for name, value in (("ent_coef", ent_coef), ("vf_coef", vf_coef), ("max_grad_norm", max_grad_norm)):
             if value < 0:
                 raise ValueError(f"{name} must be >= 0, got {value}")
-        env = self._init_collection(env, collector, collector_kwargs)
+        env = self._init_collection(env, collector, collector_kwargs, learner_threads)
         if policy_kwargs and (policy_kwargs.get("use_sde") or policy_kwargs.get("squash_output")):
             raise ValueError("policy_kwargs: use_sde and squash_output are not supported (behaviour storage needs a Gaussian)")
 

@@ -73,6 +73,8 @@ class IMPALA(VTraceActorCritic):
     :param collector: Where segments are collected (default "thread"): ``"sync"``, ``"thread"``, ``"process"``,
         ``"ray"`` or a ``Collector`` subclass (see :class:`~sb3_impact.common.segment_loop.SegmentLoopMixin`)
     :param collector_kwargs: The collector's options, e.g. ``queue_size`` (see docs/algorithms/collectors.md)
+    :param learner_threads: PyTorch intra-op threads of the learner during ``learn()`` (restored after it; None:
+        PyTorch's setting). 1 by default: more threads spin when the cores are busy (see docs/algorithms/collectors.md)
     :param stats_window_size: Window size for the rollout logging (episodes)
     :param tensorboard_log: the log location for tensorboard (if None, no logging)
     :param policy_kwargs: additional arguments to be passed to the policy on creation
@@ -110,6 +112,7 @@ class IMPALA(VTraceActorCritic):
         max_grad_norm: float = 40.0,
         collector: str | type[Collector] = "thread",
         collector_kwargs: dict[str, Any] | None = None,
+        learner_threads: int | None = 1,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
@@ -143,6 +146,7 @@ class IMPALA(VTraceActorCritic):
             batch_size=batch_size,
             collector=collector,
             collector_kwargs=collector_kwargs,
+            learner_threads=learner_threads,
             stats_window_size=stats_window_size,
             tensorboard_log=tensorboard_log,
             policy_kwargs=policy_kwargs,

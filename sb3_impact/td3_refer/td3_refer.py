@@ -41,6 +41,8 @@ class TD3ReFER(ReFERMixin, TD3):
     :param refer_a: A, the annealing rate of ``c_max`` (paper: 5e-7)
     :param refer_d: D, the target fraction of far-policy steps in the memory (paper: 0.1)
     :param refer_rules: the rules in use: (1, 2) is ReF-ER, (1,) ReF-ER-1, (2,) ReF-ER-2, () TD3's replay
+    :param learner_threads: PyTorch intra-op threads during ``learn()`` (restored after it; None: PyTorch's
+        setting). 1 by default: more threads spin when the cores are busy (see docs/algorithms/collectors.md)
     :param kwargs: TD3's other arguments
     """
 

@@ -115,6 +115,8 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
         ``"ray"`` or a ``Collector`` subclass (see docs/algorithms/collectors.md)
     :param collector_kwargs: The collector's options (``queue_size``; ``limit_learner_threads`` for ``"thread"``;
         ``num_workers``, ``envs_per_worker``, ``address``, ``num_cpus_per_worker`` for ``"ray"``)
+    :param learner_threads: PyTorch intra-op threads of the learner during ``learn()`` (restored after it; None:
+        PyTorch's setting). 1 by default: more threads spin when the cores are busy (see docs/algorithms/collectors.md)
     :param stats_window_size: Window size for the rollout logging (episodes)
     :param tensorboard_log: the log location for tensorboard (if None, no logging)
     :param policy_kwargs: additional arguments to be passed to the policy on creation
@@ -158,6 +160,7 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
         compile_loss: bool = False,
         collector: str | type[Collector] = "sync",
         collector_kwargs: dict[str, Any] | None = None,
+        learner_threads: int | None = 1,
         stats_window_size: int = 100,
         tensorboard_log: str | None = None,
         policy_kwargs: dict[str, Any] | None = None,
@@ -181,7 +184,7 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
             raise ValueError(f"observation_statistics_rate must be in [0, 1], got {observation_statistics_rate}")
         if kl_direction not in KL_DIRECTIONS:
             raise ValueError(f"kl_direction must be one of {KL_DIRECTIONS}, got {kl_direction!r}")
-        env = self._init_collection(env, collector, collector_kwargs)
+        env = self._init_collection(env, collector, collector_kwargs, learner_threads)
         segment_steps(train_freq)
         super().__init__(
             policy,

@@ -1,13 +1,15 @@
 """
-A collector that runs in a forked process, for environments and policies whose Python work would
-otherwise compete with the learner for the GIL (small, CPU-bound environments such as classic control).
+A collector that runs in a forked process: the learner and the sampler each have a core and no GIL to share,
+so collection and learning overlap (Sample Factory's layout: separate processes, tensors in shared memory).
 
-The child inherits the sampler (the VecEnv and the CPU policy copy) through ``fork``, collects segments
-with PyTorch limited to one thread, and sends them through a queue; weights travel through shared
-memory, copied in by :meth:`ProcessCollector.broadcast` under a lock and read by the child before each
-segment. The parent's copy of the VecEnv is not stepped while the child runs (VecNormalize statistics
-are mirrored back with every segment), so after ``learn()`` the algorithm resets the environment before
-collecting again.
+The child inherits the sampler (the VecEnv and the CPU policy copy) through ``fork`` and collects segments
+with PyTorch limited to one thread. Segments travel through a ring of preallocated shared-memory slots
+(:class:`~sb3_impact.common.collectors.shared_slots.SegmentSlots`): the child writes a segment into a free
+slot and sends its index with the small picklable rest (infos, version); the learner copies the slot out and
+frees it, so no observation is pickled. Weights travel through shared memory too, copied in by
+:meth:`ProcessCollector.broadcast` under a lock and read by the child before each segment. The parent's
+copy of the VecEnv is not stepped while the child runs (VecNormalize statistics are mirrored back with every
+segment), so after ``learn()`` the algorithm resets the environment before collecting again.
 """
 
 import multiprocessing as mp
@@ -25,6 +27,7 @@ from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
 from sb3_impact.common.collectors.base import Collector, CollectorError, check_queue_size
 from sb3_impact.common.collectors.sampler import CollectionInterrupted, SegmentSampler, skip_distribution_argument_checks
+from sb3_impact.common.collectors.shared_slots import SegmentSlots
 from sb3_impact.common.segments import Segment
 
 
@@ -48,6 +51,7 @@ def _collect_in_child(
     seed: int,
     sampler: SegmentSampler,
     segments: Any,
+    slots: SegmentSlots,
     stop: Any,
     credits: Any,
     weights_lock: Any,
@@ -74,6 +78,7 @@ def _collect_in_child(
                 continue
             if max_segments is not None and segments_started >= max_segments:  # the step budget is spent
                 return
+            slot = segments_started % slots.n_slots  # freed: the learner took the segment before the credit came back
             segments_started += 1
             with weights_lock:
                 if shared_version.value != local_version:
@@ -84,7 +89,7 @@ def _collect_in_child(
             if normalizer is not None:
                 segment.extras["vec_normalize"] = (normalizer.obs_rms, normalizer.ret_rms)
             sampled_steps.value = sampler.sampled_steps
-            segments.put(("segment", segment))
+            segments.put(("segment", slot, slots.write(slot, segment)))
     except CollectionInterrupted:  # the parent set the stop event: a normal end
         return
     except BaseException as error:
@@ -121,6 +126,7 @@ class ProcessCollector(Collector):
         self._process: Any = None
         self._sampled_steps: Any = self._context.Value("q", 0, lock=False)
         self._normalizer = _vec_normalize(sampler.env)
+        self.slots: SegmentSlots | None = None
         self.queued_steps_dropped = 0
 
     @property
@@ -136,6 +142,7 @@ class ProcessCollector(Collector):
         if self._process is not None:
             raise RuntimeError("ProcessCollector.start() called twice")
         context = self._context
+        self.slots = self._allocate_slots()
         self._segments = context.Queue()
         self._stop = context.Event()
         self._credits = context.Semaphore(self.queue_size)
@@ -152,6 +159,7 @@ class ProcessCollector(Collector):
                 seed,
                 self.sampler,
                 self._segments,
+                self.slots,
                 self._stop,
                 self._credits,
                 self._weights_lock,
@@ -165,6 +173,33 @@ class ProcessCollector(Collector):
         )
         self._process.start()
         self._cap_learner_threads(busy_cpus=1)
+
+    def _allocate_slots(self) -> SegmentSlots:
+        """
+        The ring of ``queue_size`` shared slots, laid out from the learner's last observation and one draw of the
+        sampling policy on it (under a forked random state: the learner's generators do not move).
+        """
+        sampler = self.sampler
+        observation = sampler.last_observation
+        if observation is None:
+            observation = sampler.env.reset()
+        with th.random.fork_rng(devices=[]):
+            if getattr(sampler.policy, "use_sde", False):
+                sampler.policy.reset_noise(sampler.env.num_envs)
+            actions, log_probs, params = sampler._act(observation)
+        return SegmentSlots(
+            self.queue_size,
+            sampler.n_steps,
+            observation,
+            actions,
+            log_probs,
+            params,
+            original_rewards=self._normalizer is not None,
+        )
+
+    def stats(self) -> dict[str, float]:
+        """The shared memory of the segment slots, in MiB (logged as ``collector/shared_memory_mib``)."""
+        return {"shared_memory_mib": self.slots.nbytes / 2**20} if getattr(self, "slots", None) is not None else {}
 
     def get_segment(self) -> Segment:
         while True:
@@ -180,8 +215,9 @@ class ProcessCollector(Collector):
             if message[0] == "error":
                 _, child_traceback, error = message
                 raise CollectorError(f"the collector process failed:\n{child_traceback}") from error
-            segment: Segment = message[1]
-            self._credits.release()
+            _, slot, rest = message
+            segment = self.slots.read(slot, rest)
+            self._credits.release()  # the slot is free again
             if self._normalizer is not None and "vec_normalize" in segment.extras:
                 self._normalizer.obs_rms, self._normalizer.ret_rms = segment.extras.pop("vec_normalize")
             self.delivered_steps += segment.size
@@ -209,7 +245,7 @@ class ProcessCollector(Collector):
             except (queue.Empty, OSError, ValueError):
                 return
             if message[0] == "segment":
-                self.queued_steps_dropped += message[1].size
+                self.queued_steps_dropped += self.segment_size
 
     def close(self) -> None:
         if self._process is None:
@@ -226,5 +262,6 @@ class ProcessCollector(Collector):
         self._drain()
         self._segments.close()
         self._segments.join_thread()
+        self.slots.close()
         self._process = None
         self._restore_learner_threads()

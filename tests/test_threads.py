@@ -1,0 +1,44 @@
+"""The thread policy: every algorithm learns with ``learner_threads`` PyTorch threads and restores the process's setting."""
+
+import pytest
+import torch as th
+from stable_baselines3.common.callbacks import BaseCallback
+
+from sb3_impact import VRACER, SACReFER, TD3ReFER
+
+from .algorithms import ALGO_IDS, ALGOS, small
+
+
+class TorchThreadsDuringTraining(BaseCallback):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[int] = set()
+
+    def _on_step(self) -> bool:
+        self.seen.add(th.get_num_threads())
+        return True
+
+
+@pytest.mark.parametrize("algo", ALGOS, ids=ALGO_IDS)
+@pytest.mark.parametrize("threads", [None, 1, 2])
+def test_learn_runs_with_learner_threads_and_restores_pytorchs_setting(algo, threads):
+    previous = th.get_num_threads()
+    th.set_num_threads(3)
+    try:
+        kwargs = {} if threads is None else {"learner_threads": threads}
+        env = "Pendulum-v1" if algo in (VRACER, SACReFER, TD3ReFER) else "CartPole-v1"
+        model = algo("MlpPolicy", env, **small(algo, **kwargs))
+        callback = TorchThreadsDuringTraining()
+        model.learn(64, callback=callback)
+        assert callback.seen == {1 if threads is None else threads}  # the default is 1
+        assert th.get_num_threads() == 3
+    finally:
+        th.set_num_threads(previous)
+
+
+@pytest.mark.parametrize("algo", ALGOS, ids=ALGO_IDS)
+@pytest.mark.parametrize("threads", [0, -1, 1.5, True, "2"])
+def test_invalid_learner_threads_are_refused_at_construction(algo, threads):
+    env = "Pendulum-v1" if algo in (VRACER, SACReFER, TD3ReFER) else "CartPole-v1"
+    with pytest.raises(ValueError, match="learner_threads must be an integer >= 1 or None"):
+        algo("MlpPolicy", env, learner_threads=threads, **small(algo))
