@@ -23,6 +23,7 @@ SUBCOMMANDS = {
     "gradient_step_cost": "ms per gradient step of V-RACER, SAC, SACReFER... side by side, with the arithmetic floor",
     "iteration_cost": "where an on-policy iteration's time goes (collection, epochs, PTR-PPO's replay), per iteration",
     "ppo_amber_cost": "PPO-AMBER's train() profiled against the number of active batches",
+    "step_cost": "ms per env step outside training (collection, storage, callbacks) of V-RACER, SAC... side by side",
 }
 
 

@@ -33,7 +33,7 @@ from sb3_impact.common.refer import (
 )
 from sb3_impact.vracer.loss import LOSS_STATISTICS, fused_refer_vracer_loss, refer_vracer_loss
 from sb3_impact.vracer.memory import EpisodeReplayMemory
-from sb3_impact.vracer.policies import Softsign
+from sb3_impact.vracer.policies import TRUNCATION_STDS, Softsign, truncated_standard_normal
 from sb3_impact.vracer.vracer import segment_steps
 
 from .conftest import collector_processes, collector_threads
@@ -916,3 +916,37 @@ def test_async_learner_on_gpu_with_cpu_collector():
     assert model.policy.device.type == "cuda" and model._n_updates > 0
     assert model.sampled_steps == model.trained_steps + model.dropped_steps
     assert_pendulum_memory_is_consistent(model.replay_buffer)
+
+
+def test_truncated_noise_stays_within_three_stds_with_the_truncated_normals_spread():
+    th.manual_seed(0)
+    noise = truncated_standard_normal(th.empty(200_000), TRUNCATION_STDS)
+    assert noise.abs().max() <= TRUNCATION_STDS
+    # The standard normal truncated at +-3: mean 0, std sqrt(1 - 2 * 3 * phi(3) / (1 - 2 * Phi(-3))) = 0.9866.
+    assert abs(float(noise.mean())) < 0.01 and float(noise.std()) == pytest.approx(0.9866, abs=0.005)
+    forced = truncated_standard_normal(th.full((5,), 10.0), 0.5)  # many redraws: still inside
+    assert forced.abs().max() <= 0.5
+
+
+def test_softsign_without_gradient_gives_the_autograd_functions_values():
+    x = th.linspace(-50, 50, 101)
+    with th.no_grad():
+        np.testing.assert_allclose(Softsign()(x).numpy(), th.nn.functional.softsign(x).numpy(), rtol=1e-6)
+    x.requires_grad_(True)
+    np.testing.assert_allclose(Softsign()(x).detach().numpy(), th.nn.functional.softsign(x).detach().numpy(), rtol=1e-6)
+
+
+def test_the_values_recorded_with_each_action_are_the_learners_and_fill_the_memory():
+    """One forward pass per step: V(s_t) comes with the action when no update came between; the memory gets them."""
+    model = VRACER("MlpPolicy", "Pendulum-v1", learning_starts=10**6, buffer_size=1000, seed=0, device="cpu")
+    collector = model._make_collector()
+    segment = collector.get_segment()
+    recorded = segment.extras["behaviour_values"]
+    assert recorded.shape == (segment.n_steps, segment.n_envs)
+    np.testing.assert_allclose(recorded.reshape(-1), model._batch_values(segment.observations.reshape(-1, 3)), atol=1e-6)
+    model.learn(300)  # no gradient step: every segment's values are the recorded ones, the memory holds them
+    memory = model.replay_buffer
+    slots = np.arange(min(len(memory), 50))
+    if len(slots):
+        observations = memory.observations_at(slots)
+        np.testing.assert_allclose(memory.values[slots], model._batch_values(observations), atol=1e-5)

@@ -37,7 +37,9 @@ class BehaviourSamplingPolicy(Protocol):
     """
     A policy that samples its own behaviour step instead of going through ``get_distribution``: a collector's
     sampler then stores what :meth:`sample_behaviour` returns and steps the environment with :meth:`env_actions`.
-    V-RACER's :class:`~sb3_impact.vracer.policies.VRACERPolicy` implements it.
+    V-RACER's :class:`~sb3_impact.vracer.policies.VRACERPolicy` implements it. A policy that also has
+    ``sample_behaviour_and_values(obs)`` (the same and ``V(s) [n]``, from the same forward pass) has its values
+    recorded too, as the segment's ``extras["behaviour_values"]`` (``[n_steps, n_envs]``).
     """
 
     def sample_behaviour(self, obs: th.Tensor) -> tuple[th.Tensor, th.Tensor, th.Tensor]:

@@ -22,6 +22,9 @@ def has_mode_dependent_layers(module: nn.Module) -> bool:
 def evaluation_mode(policy: BasePolicy) -> Iterator[BasePolicy]:
     """``policy`` in evaluation mode inside the block, then back in the mode it was in."""
     training = policy.training
+    if not training:  # already there: a full set_training_mode walks every module, twice
+        yield policy
+        return
     policy.set_training_mode(False)
     try:
         yield policy

@@ -78,8 +78,20 @@ def segment_values(
     values = np.concatenate(
         [np.asarray(predict_values(chunk)).reshape(-1) for _, chunk in observation_chunks(observations, total, chunk_size)]
     )
-    final_values = np.zeros((n_steps, n_envs), dtype=np.float32)
+    final_values = _at_final_positions(segment, values[size + n_envs :])
+    return values[:size].reshape(n_steps, n_envs), values[size : size + n_envs], final_values
+
+
+def final_observation_values(segment: Segment, predict_values: Callable[[Any], np.ndarray]) -> np.ndarray:
+    """``V`` under ``predict_values`` of a segment's final observations at their ``(t, env)`` positions ``[T, B]``."""
+    if segment.final_observations is None:
+        return _at_final_positions(segment, np.zeros(0, dtype=np.float32))
+    return _at_final_positions(segment, np.asarray(predict_values(segment.final_observations)).reshape(-1))
+
+
+def _at_final_positions(segment: Segment, values: np.ndarray) -> np.ndarray:
+    final_values = np.zeros((segment.n_steps, segment.n_envs), dtype=np.float32)
     if len(segment.final_observation_indices):
         steps, envs = segment.final_observation_indices.T
-        final_values[steps, envs] = values[size + n_envs :]
-    return values[:size].reshape(n_steps, n_envs), values[size : size + n_envs], final_values
+        final_values[steps, envs] = values
+    return final_values

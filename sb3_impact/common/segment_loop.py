@@ -228,7 +228,11 @@ class SegmentLoopMixin(ABC):
 
     def _broadcast_weights(self) -> None:
         """Publish the learner's weights to the running collector (version: ``_n_updates``)."""
-        if self._collector is not None:
+        if self._collector is None:
+            return
+        if self._collector.in_learner_thread:  # it samples with the learner's own policy: no weights to copy
+            self._collector.broadcast({}, self._n_updates)
+        else:
             self._collector.broadcast(self.policy.state_dict(), self._n_updates)
 
     # ------------------------------------------------------------------ the loop

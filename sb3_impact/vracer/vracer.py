@@ -24,7 +24,7 @@ from sb3_impact.common.observations import (
     check_observation_space,
     stack_observations,
 )
-from sb3_impact.common.policy_evaluation import segment_values
+from sb3_impact.common.policy_evaluation import final_observation_values, segment_values
 from sb3_impact.common.refer import annealed_c_max, annealed_lr_factor, check_refer_parameters, update_beta
 from sb3_impact.common.segment_loop import SegmentLoopMixin
 from sb3_impact.common.segments import Segment
@@ -281,7 +281,9 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
         with ``V(s_T)`` if it was truncated, the steps of running episodes are staged.
 
         ``V(s_t)`` of the whole segment and ``V(s_T)`` of its truncated episodes come from the learner's current
-        policy, in batched forward passes (:func:`~sb3_impact.common.policy_evaluation.segment_values`). The
+        policy, in batched forward passes (:func:`~sb3_impact.common.policy_evaluation.segment_values`); when the
+        segment was sampled with those very weights (no update since), ``V(s_t)`` is the one the sampler recorded
+        with each action, so that a one-step segment costs one forward pass, as a SAC step. The
         stored observations are the ones the policy acted on (with a VecNormalize wrapper, the normalised ones;
         V-RACER standardises states itself, so one is not needed); the rewards are the original ones where the
         sampler recorded them (a VecNormalize on the sampler's env), else those the sampler saw.
@@ -289,7 +291,12 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
         if segment.envs_reset:  # a new (or replacement) Ray worker: its environments' open episodes ended unfinished
             self.replay_buffer.close_staged_episodes(self._values_of, segment.column_env_ids)
         self._episode_num += int(segment.dones.sum())
-        values, _, final_values = segment_values(segment, self._batch_values)
+        behaviour_values = segment.extras.get("behaviour_values")
+        if behaviour_values is not None and segment.policy_version == self._n_updates:
+            # Sampled with the learner's present weights: V(s_t) came with the actions, one forward pass per step.
+            values, final_values = behaviour_values, final_observation_values(segment, self._batch_values)
+        else:
+            values, _, final_values = segment_values(segment, self._batch_values)
         self.replay_buffer.add_segment(
             segment.observations,
             segment.actions,

@@ -41,7 +41,7 @@ class Collector(ABC):
     """
 
     #: True when segments are collected inside :meth:`get_segment`, in the learner's thread: the sampler then
-    #: steps the learner's own policy, and :meth:`broadcast` has nothing to copy.
+    #: steps the learner's own policy, and :meth:`broadcast` has nothing to copy (it gets an empty state dict).
     in_learner_thread: ClassVar[bool] = False
     #: False when the collector steps its own copies of the environments (a forked process, Ray actors): the
     #: learner's episodes do not go on, and its VecEnv is reset before it collects again.

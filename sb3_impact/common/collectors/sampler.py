@@ -3,6 +3,7 @@
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -90,6 +91,7 @@ class SegmentSampler:
         self._policy = policy
         # Checked once per policy: a runtime Protocol check costs ~70 us, and it ran twice per step.
         self._samples_behaviour = isinstance(policy, BehaviourSamplingPolicy)
+        self._records_values = self._samples_behaviour and callable(getattr(policy, "sample_behaviour_and_values", None))
         self._samples_diag_gaussian = samples_plain_diag_gaussian(policy)
 
     def load_weights(self, state_dict: dict[str, th.Tensor], version: int) -> None:
@@ -99,8 +101,17 @@ class SegmentSampler:
 
     @th.no_grad()
     def _act(self, observation: Observation) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        actions, log_probs, params, _ = self._act_and_value(observation)
+        return actions, log_probs, params
+
+    @th.no_grad()
+    def _act_and_value(self, observation: Observation) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        """The step's actions, log-probabilities and distribution parameters, and ``V(s)`` where the policy gives it."""
         obs_tensor, _ = self.policy.obs_to_tensor(observation)
-        if self._samples_behaviour:
+        values = None
+        if self._records_values:
+            actions, log_probs, params, values = self.policy.sample_behaviour_and_values(obs_tensor)  # type: ignore[attr-defined]
+        elif self._samples_behaviour:
             actions, log_probs, params = self.policy.sample_behaviour(obs_tensor)
         elif self._samples_diag_gaussian:
             actions, log_probs, params = sample_diag_gaussian(self.policy, obs_tensor)
@@ -115,7 +126,8 @@ class SegmentSampler:
                 "collection: the policy's action distribution has NaN or infinite parameters or log-probabilities "
                 "(diverged weights?); lower the learning rate or check the observations' scale"
             )
-        return actions.cpu().numpy(), log_probs_array, params_array
+        values_array = None if values is None else values.cpu().numpy().astype(np.float32).reshape(-1)
+        return actions.cpu().numpy(), log_probs_array, params_array, values_array
 
     def _env_actions(self, actions: np.ndarray) -> np.ndarray:
         """What the env is stepped with: the stored action is the sampled one (its log-prob is the behaviour's)."""
@@ -129,9 +141,10 @@ class SegmentSampler:
         """Collect one segment of ``n_steps`` vector steps; raises :class:`CollectionInterrupted` on ``stop_event``."""
         start = time.perf_counter()
         observations, actions, rewards, terminations, truncations = [], [], [], [], []
-        log_probs, params, infos, original_rewards = [], [], [], []
+        log_probs, params, infos, original_rewards, values = [], [], [], [], []
         final_observations, final_indices = [], []
-        self.policy.set_training_mode(False)
+        if self.policy.training:  # a full set_training_mode walks every module: a cost at one-step segments
+            self.policy.set_training_mode(False)
         use_sde = bool(getattr(self.policy, "use_sde", False))
         if use_sde:
             self.policy.reset_noise(self.env.num_envs)
@@ -140,7 +153,7 @@ class SegmentSampler:
                 raise CollectionInterrupted
             if use_sde and self.sde_sample_freq > 0 and step % self.sde_sample_freq == 0:
                 self.policy.reset_noise(self.env.num_envs)
-            step_actions, step_log_probs, step_params = self._act(self.last_observation)
+            step_actions, step_log_probs, step_params, step_values = self._act_and_value(self.last_observation)
             new_observation, step_rewards, dones, step_infos = self.env.step(self._env_actions(step_actions))
             self.sampled_steps += self.env.num_envs
             check_finite_step(new_observation, step_rewards, "collection")
@@ -166,10 +179,17 @@ class SegmentSampler:
             log_probs.append(step_log_probs.astype(np.float32))
             params.append(step_params.astype(np.float32))
             infos.append(step_infos)
+            if step_values is not None:
+                values.append(step_values)
             if self._vec_normalize is not None:
                 original_rewards.append(np.asarray(self._vec_normalize.get_original_reward(), dtype=np.float32))
             self.last_observation = new_observation
 
+        extras: dict[str, Any] = {}
+        if original_rewards:
+            extras["original_rewards"] = np.stack(original_rewards)
+        if values:
+            extras["behaviour_values"] = np.stack(values)
         return Segment(
             observations=stack_observations(observations),
             actions=np.stack(actions),
@@ -184,6 +204,6 @@ class SegmentSampler:
             infos=infos,
             policy_version=self.policy_version,
             collect_seconds=time.perf_counter() - start,
-            extras={"original_rewards": np.stack(original_rewards)} if original_rewards else {},
+            extras=extras,
             env_ids=self.env_ids,
         )
