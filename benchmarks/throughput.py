@@ -36,8 +36,10 @@ from benchmarks.config import ALGOS, load_zoo_hyperparams, make_training_env, sp
 from benchmarks.output import machine_description, write_json
 from sb3_impact.common.collectors import COLLECTOR_NAMES
 from sb3_impact.common.collectors.base import SyncCollector
+from sb3_impact.common.threads import learner_threads
 from sb3_impact.common.vtrace_actor_critic import VTraceActorCritic
 
+SYNC = {"collector": "sync", "collector_kwargs": None}
 # The collectors of the T_async run (T_sync is always the "sync" collector).
 ASYNC_COLLECTORS = tuple(name for name in COLLECTOR_NAMES if name != "sync")
 
@@ -58,7 +60,7 @@ class PrecollectedCollector(SyncCollector):
 
 def build(algo: str, env_id: str, seed: int, device: str, subproc: bool = False, **overrides) -> VTraceActorCritic:
     env_params, params = split_env_params(load_zoo_hyperparams(algo, env_id))
-    params.update(overrides)
+    params.update({key: value for key, value in overrides.items() if not (key == "learner_threads" and value is None)})
     if params.get("collector") == "ray":
         # Ray workers build their own envs from the id: each worker steps the yml's n_envs environments.
         if env_params.get("env_wrapper") or env_params.get("frame_stack") or env_params.get("normalize"):
@@ -136,6 +138,17 @@ def timed_learn(model: VTraceActorCritic, n_batches: int) -> tuple[float, dict[s
     return seconds / n_batches, columns
 
 
+def median_of_repeats(repeats: list[dict]) -> dict:
+    """Each figure's median over the repeats that measured it (the ratios too: the median of each repeat's ratio)."""
+    keys = [key for key in dict.fromkeys(key for repeat in repeats for key in repeat)]
+    medians: dict = {}
+    for key in keys:
+        values = [repeat[key] for repeat in repeats if key in repeat]
+        numeric = all(isinstance(value, (int, float)) and not isinstance(value, bool) for value in values)
+        medians[key] = float(np.median(values)) if numeric else values[-1]
+    return medians
+
+
 def derived_figures(report: dict) -> None:
     """Add the ratios to ``report`` once the measurements they need are in it."""
     c, learn = report.get("C_collect_seconds_per_batch"), report.get("L_learn_seconds_per_batch")
@@ -159,10 +172,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--collector", choices=sorted(ASYNC_COLLECTORS), default="thread", help="the T_async run's collector")
     parser.add_argument("--workers", type=int, default=None, help="Ray workers with --collector ray (default: CPUs - 1)")
     parser.add_argument("--busy", type=int, default=0, help="CPU-bound processes running beside each measurement")
+    parser.add_argument("--repeats", type=int, default=1, help="whole measurements (C, L, T_async, T_sync); medians")
+    parser.add_argument(
+        "--learner-threads", type=int, default=None, help="the algorithms' learner_threads (default: theirs, 1)"
+    )
     parser.add_argument("--out", type=Path, default=Path("results"))
     args = parser.parse_args(argv)
     if args.busy < 0:
         parser.error(f"--busy must be >= 0, got {args.busy}")
+    if args.repeats < 1 or (args.learner_threads is not None and args.learner_threads < 1):
+        parser.error("--repeats and --learner-threads must be >= 1")
     try:
         validate_names([args.algo], [args.env])
     except ValueError as error:
@@ -176,27 +195,38 @@ def main(argv: list[str] | None = None) -> None:
         "collector": args.collector,
         "device": args.device,
         "busy_processes": args.busy,
+        "repeats": args.repeats,
+        "learner_threads": args.learner_threads,
         "machine": machine_description(args.device),
         "command": "python -m benchmarks.throughput "
         f"--algo {args.algo} --env {args.env} --batches {args.batches} --vec-env {args.vec_env} --collector {args.collector}"
         + (f" --device {args.device}" if args.device != "cpu" else "")
         + (f" --workers {args.workers}" if args.workers else "")
-        + (f" --busy {args.busy}" if args.busy else ""),
+        + (f" --busy {args.busy}" if args.busy else "")
+        + (f" --repeats {args.repeats}" if args.repeats > 1 else "")
+        + (f" --learner-threads {args.learner_threads}" if args.learner_threads else ""),
     }
     busy = f"_busy{args.busy}" if args.busy else ""
-    out = args.out / f"throughput_{args.algo}_{args.env}_{args.vec_env}_{args.collector}{busy}.json"
-    progress = tqdm(total=4, desc="throughput: C")
+    threads = f"_threads{args.learner_threads}" if args.learner_threads else ""
+    out = args.out / f"throughput_{args.algo}_{args.env}_{args.vec_env}_{args.collector}{busy}{threads}.json"
+    progress = tqdm(total=4 * args.repeats, desc="throughput: C")
+    repeats: list[dict] = []
     try:
-        measure(args, report, progress, subproc)
+        for _ in range(args.repeats):  # each repeat measures C, L, T_async, T_sync in turn: interleaved
+            repeats.append({})
+            measure(args, repeats[-1], progress, subproc)
+            derived_figures(repeats[-1])
     except KeyboardInterrupt:
         report["interrupted"] = True
         print("\ninterrupted: writing the measurements that finished")
     finally:
         progress.close()
-    derived_figures(report)
+    report.update(median_of_repeats(repeats))
+    if len(repeats) > 1:
+        report["each_repeat"] = repeats
     write_json(report, out)
     for key, value in report.items():
-        if key != "machine":
+        if key not in ("machine", "each_repeat"):
             print(f"{key:36s} {value:.4g}" if isinstance(value, float) else f"{key:36s} {value}")
     print(f"wrote {out}")
 
@@ -204,11 +234,12 @@ def main(argv: list[str] | None = None) -> None:
 def measure(args: argparse.Namespace, report: dict, progress: tqdm, subproc: bool) -> None:
     """C, L, T_async and T_sync into ``report``, each with ``args.busy`` CPU-bound processes beside it."""
     # C: the sampler alone.
-    model = build(args.algo, args.env, args.seed, args.device, subproc, collector="sync", collector_kwargs=None)
+    threads = {"learner_threads": args.learner_threads}
+    model = build(args.algo, args.env, args.seed, args.device, subproc, **SYNC, **threads)
     model._setup_learn(1, None, True, "throughput", False)
     collector = model._make_collector()
     report["batch_env_steps"] = model.n_steps * model.n_envs
-    with busy_processes(args.busy):
+    with busy_processes(args.busy), learner_threads(model.learner_threads):  # the threads it has in learn()
         start, cpu_start = time.perf_counter(), cpu_seconds()
         segments = [collector.get_segment() for _ in tqdm(range(args.batches), desc="collecting", leave=False)]
         wall, cpu = time.perf_counter() - start, cpu_seconds() - cpu_start
@@ -231,7 +262,7 @@ def measure(args: argparse.Namespace, report: dict, progress: tqdm, subproc: boo
     options: dict = {"collector": args.collector}
     if args.collector == "ray":
         options["collector_kwargs"] = {"num_workers": args.workers}
-    async_model = build(args.algo, args.env, args.seed, args.device, subproc, **options)
+    async_model = build(args.algo, args.env, args.seed, args.device, subproc, **options, **threads)
     with busy_processes(args.busy):
         async_seconds, async_logs = timed_learn(async_model, args.batches)
     per_thousand_steps(report, "T_async", async_seconds * args.batches, async_logs["cpu_seconds"][0], steps)
@@ -244,7 +275,9 @@ def measure(args: argparse.Namespace, report: dict, progress: tqdm, subproc: boo
     report.update({f"collector_{key}": value for key, value in async_model.collector_stats.items()})
     progress.update()
     progress.set_description("throughput: T_sync")
-    sync_model = build(args.algo, args.env, args.seed, args.device, subproc, collector="sync", collector_kwargs=None)
+    sync_model = build(
+        args.algo, args.env, args.seed, args.device, subproc, collector="sync", collector_kwargs=None, **threads
+    )
     with busy_processes(args.busy):
         report["T_sync_seconds_per_batch"], sync_logs = timed_learn(sync_model, args.batches)
     per_thousand_steps(report, "T_sync", report["T_sync_seconds_per_batch"] * args.batches, sync_logs["cpu_seconds"][0], steps)
