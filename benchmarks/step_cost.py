@@ -1,15 +1,20 @@
 """
-The cost of an environment step outside training: V-RACER's (and any algorithm's) collection, storage,
-callbacks and logs per env step, against SAC's, in one invocation on one machine.
+The cost of an environment step: what ``learn()`` spends per env step, wall and CPU, algos side by side in one
+invocation on one machine; outside training (V-RACER's collection against SAC's), or whole, idle and beside
+CPU-bound processes (the thread policy's check: CPU per step on a busy machine against an idle one).
 
     python -m benchmarks step_cost --algos sac vracer --env Pendulum-v1 HalfCheetah-v5 --steps 3000 --repeats 5
+    python -m benchmarks step_cost --algos impact impala --env CartPole-v1 --train --defaults --busy 2
 
-Each algo (``algo[key=value]`` variants as in ``run``) is built with its yml hyperparameters, with
-``learning_starts=0`` where it has one (so that SAC acts with its policy, not uniformly at random) and its
-``train()`` replaced by a no-op: what is left is everything ``learn()`` does per env step besides gradient
-steps. After a warm-up of 200 steps the algos take turns (``--repeats`` rounds of ``--steps`` steps each, on
-the same model), and the medians of wall and CPU milliseconds per env step are reported (CPU: this process's
-threads and a process collector's, so that spinning shows). Writes ``step_cost.json``, ``.csv`` and ``.png`` into ``--out``.
+Each algo (``algo[key=value]`` variants as in ``run``) is built with its yml hyperparameters (``--defaults``: its
+constructor's, with the yml's policy and env wrappers only). Without ``--train`` it gets ``learning_starts=0``
+where it has one (so that SAC acts with its policy, not uniformly at random) and its ``train()`` is replaced by
+a no-op: what is left is everything ``learn()`` does per env step besides gradient steps. After a warm-up of
+200 steps the algos take turns (``--repeats`` rounds of ``--steps`` steps each, on the same model), and the
+medians of wall and CPU milliseconds per env step are reported (CPU: this process's threads and a process
+collector's, so that spinning shows). With ``--busy N`` each round is measured idle and then with N CPU-bound
+processes beside it, and the busy/idle ratios are reported. Writes ``step_cost.json``, ``.csv`` and ``.png``
+into ``--out``.
 """
 
 import argparse
@@ -32,20 +37,35 @@ from benchmarks.config import (
 )
 from benchmarks.iteration_cost import package_commit
 from benchmarks.output import machine_description, write_json
-from benchmarks.throughput import cpu_seconds
+from benchmarks.throughput import busy_processes, cpu_seconds
 
 WARM_UP_STEPS = 200
+# The algorithms whose learning_starts decides when the policy acts (before it, actions are uniform: SB3's rule).
+OFF_POLICY = ("sac", "td3", "ddpg", "tqc", "vracer", "sac_refer", "td3_refer")
 
 
-def build(algo: str, env_id: str, seed: int) -> Any:
-    """``algo`` on ``env_id`` with its yml hyperparameters, acting with its policy from the first step, not training."""
+# The yml keys that describe the task rather than the algorithm: kept with --defaults.
+TASK_KEYS = ("policy", "n_envs", "normalize", "env_wrapper", "frame_stack")
+
+
+def build(algo: str, env_id: str, seed: int, train: bool, defaults: bool) -> Any:
+    """
+    ``algo`` on ``env_id`` with its yml hyperparameters (``defaults``: its constructor's), updated with the variant's;
+    without ``train``, acting with its policy from the first step and not training.
+    """
     base, overrides = split_variant(algo)
-    env_params, kwargs = split_env_params({**load_zoo_hyperparams(base, env_id), **overrides})
-    if "learning_starts" in kwargs or hasattr(algo_class(algo), "learning_starts") or base in ("sac", "td3", "vracer"):
+    zoo = load_zoo_hyperparams(base, env_id)
+    if defaults:
+        zoo = {key: value for key, value in zoo.items() if key in TASK_KEYS}
+    env_params, kwargs = split_env_params({**zoo, **overrides})
+    if not train and base in OFF_POLICY:
         kwargs["learning_starts"] = 0
-    env = make_training_env(env_id, int(env_params.get("n_envs", 1)), seed, env_params.get("normalize", False))
+    wrappers = {"env_wrapper": env_params.get("env_wrapper"), "frame_stack": env_params.get("frame_stack")}
+    n_envs = int(env_params.get("n_envs", 1))
+    env = make_training_env(env_id, n_envs, seed, env_params.get("normalize", False), **wrappers)
     model = algo_class(algo)(env_params.get("policy", "MlpPolicy"), env, seed=seed, device="cpu", **kwargs)
-    model.train = lambda *args, **kwargs: None  # the instance's train(): no gradient step, nothing else changed
+    if not train:
+        model.train = lambda *args, **kwargs: None  # the instance's train(): no gradient step, nothing else changed
     return model
 
 
@@ -57,31 +77,38 @@ def timed_steps(model: Any, steps: int) -> tuple[float, float]:
     return (time.perf_counter() - start_wall) / done * 1e3, (cpu_seconds() - start_cpu) / done * 1e3
 
 
-def measure(algos: list[str], env_id: str, steps: int, repeats: int, seed: int) -> list[dict[str, Any]]:
-    models = {algo: build(algo, env_id, seed) for algo in algos}
+def measure(
+    algos: list[str], env_id: str, steps: int, repeats: int, seed: int, train: bool, defaults: bool, busy: int
+) -> list[dict[str, Any]]:
+    models = {algo: build(algo, env_id, seed, train, defaults) for algo in algos}
     for model in models.values():
         model.learn(WARM_UP_STEPS)
-    samples: dict[str, list[tuple[float, float]]] = {algo: [] for algo in algos}
+    conditions = ["idle", "busy"] if busy else ["idle"]
+    samples: dict[tuple[str, str], list[tuple[float, float]]] = {(algo, c): [] for algo in algos for c in conditions}
     for _ in range(repeats):  # interleaved: a change of load hits every algo alike
         for algo, model in models.items():
-            samples[algo].append(timed_steps(model, steps))
+            samples[algo, "idle"].append(timed_steps(model, steps))
+            if busy:
+                with busy_processes(busy):
+                    samples[algo, "busy"].append(timed_steps(model, steps))
     rows = []
     for algo in algos:
-        wall, cpu = np.array(samples[algo]).T
-        rows.append(
-            {
-                "algo": algo,
-                "env": env_id,
-                "wall_ms_per_step": float(np.median(wall)),
-                "cpu_ms_per_step": float(np.median(cpu)),
-                "wall_ms_per_step_samples": wall.tolist(),
-                "cpu_ms_per_step_samples": cpu.tolist(),
-            }
-        )
+        row: dict[str, Any] = {"algo": algo, "env": env_id}
+        for condition in conditions:
+            wall, cpu = np.array(samples[algo, condition]).T
+            prefix = "" if condition == "idle" else "busy_"
+            row[f"{prefix}wall_ms_per_step"] = float(np.median(wall))
+            row[f"{prefix}cpu_ms_per_step"] = float(np.median(cpu))
+            row[f"{prefix}wall_ms_per_step_samples"] = wall.tolist()
+            row[f"{prefix}cpu_ms_per_step_samples"] = cpu.tolist()
+        if busy:
+            row["busy_over_idle_cpu"] = row["busy_cpu_ms_per_step"] / row["cpu_ms_per_step"]
+            row["busy_over_idle_wall"] = row["busy_wall_ms_per_step"] / row["wall_ms_per_step"]
+        rows.append(row)
     return rows
 
 
-def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
+def plot(rows: list[dict[str, Any]], path: Path, title: str, busy: bool) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -90,10 +117,14 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     labels = [f"{row['algo']}\n{row['env']}" for row in rows]
     positions = np.arange(len(rows))
     figure, axis = plt.subplots(figsize=(1.6 * len(rows) + 2, 3.5))
-    axis.bar(positions - 0.2, [row["wall_ms_per_step"] for row in rows], 0.4, label="wall")
-    axis.bar(positions + 0.2, [row["cpu_ms_per_step"] for row in rows], 0.4, label="CPU")
+    bars = [("wall_ms_per_step", "wall"), ("cpu_ms_per_step", "CPU")]
+    if busy:
+        bars += [("busy_wall_ms_per_step", "wall, busy"), ("busy_cpu_ms_per_step", "CPU, busy")]
+    width = 0.8 / len(bars)
+    for index, (key, label) in enumerate(bars):
+        axis.bar(positions + (index - (len(bars) - 1) / 2) * width, [row[key] for row in rows], width, label=label)
     axis.set_xticks(positions, labels, fontsize=7)
-    axis.set_ylabel("ms per env step outside training")
+    axis.set_ylabel("ms per env step")
     axis.set_title(title, fontsize=8)
     axis.legend(fontsize=7)
     figure.tight_layout()
@@ -108,17 +139,26 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3000, help="env steps per algo and round")
     parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--torch-threads", type=int, default=1)
+    parser.add_argument("--train", action="store_true", help="keep the gradient steps: the whole learn() per env step")
+    parser.add_argument("--defaults", action="store_true", help="the constructors' hyperparameters, not the yml's")
+    parser.add_argument("--busy", type=int, default=0, help="also measure each round beside N CPU-bound processes")
+    parser.add_argument(
+        "--torch-threads", type=int, default=None, help="PyTorch's threads in this process (default: PyTorch's own)"
+    )
     parser.add_argument("--out", type=Path, default=Path("results/step_cost"))
     args = parser.parse_args()
     validate_names([split_variant(algo)[0] for algo in args.algos], args.env)
-    if args.steps < 1 or args.repeats < 1:
-        parser.error("--steps and --repeats must be positive")
-    th.set_num_threads(args.torch_threads)
-    rows = [row for env_id in args.env for row in measure(args.algos, env_id, args.steps, args.repeats, args.seed)]
+    if args.steps < 1 or args.repeats < 1 or args.busy < 0:
+        parser.error("--steps and --repeats must be positive, --busy non-negative")
+    if args.torch_threads is not None:
+        th.set_num_threads(args.torch_threads)
+    options = dict(train=args.train, defaults=args.defaults, busy=args.busy)
+    rows = [row for env_id in args.env for row in measure(args.algos, env_id, args.steps, args.repeats, args.seed, **options)]
     command = ["python", "-m", "benchmarks", "step_cost", "--algos", *args.algos, "--env", *args.env]
     command += [f"--steps={args.steps}", f"--repeats={args.repeats}", f"--seed={args.seed}"]
-    command += [f"--torch-threads={args.torch_threads}"]
+    command += [f"--torch-threads={args.torch_threads}"] if args.torch_threads is not None else []
+    command += (["--train"] if args.train else []) + (["--defaults"] if args.defaults else [])
+    command += [f"--busy={args.busy}"] if args.busy else []
     commit = package_commit()
     args.out.mkdir(parents=True, exist_ok=True)
     write_json(
@@ -127,14 +167,25 @@ def main() -> None:
     )
     with open(args.out / "step_cost.csv", "w", newline="") as file:
         writer = csv.writer(file)
-        writer.writerow(["algo", "env", "wall_ms_per_step", "cpu_ms_per_step"])
+        columns = ["wall_ms_per_step", "cpu_ms_per_step"]
+        if args.busy:
+            columns += ["busy_wall_ms_per_step", "busy_cpu_ms_per_step", "busy_over_idle_cpu", "busy_over_idle_wall"]
+        writer.writerow(["algo", "env", *columns])
         for row in rows:
-            writer.writerow([row["algo"], row["env"], round(row["wall_ms_per_step"], 3), round(row["cpu_ms_per_step"], 3)])
-    plot(rows, args.out / "step_cost.png", f"sb3_impact {commit}, {args.torch_threads} thread(s), medians of {args.repeats}")
-    print(f"sb3_impact {commit}; ms per env step outside training, medians of {args.repeats} interleaved rounds\n")
-    print("| algo | env | wall ms/step | CPU ms/step |\n| --- | --- | --- | --- |")
+            writer.writerow([row["algo"], row["env"], *(round(row[column], 3) for column in columns)])
+    what = "whole learn()" if args.train else "outside training"
+    plot(rows, args.out / "step_cost.png", f"sb3_impact {commit}, {what}, medians of {args.repeats}", args.busy > 0)
+    print(f"sb3_impact {commit}; ms per env step, {what}, medians of {args.repeats} interleaved rounds\n")
+    busy_header = f" | wall ms/step, {args.busy} busy | CPU ms/step, {args.busy} busy | CPU busy/idle" if args.busy else ""
+    print(f"| algo | env | wall ms/step | CPU ms/step{busy_header} |")
+    print("| --- " * (7 if args.busy else 4) + "|")
     for row in rows:
-        print(f"| {row['algo']} | {row['env']} | {row['wall_ms_per_step']:.3f} | {row['cpu_ms_per_step']:.3f} |")
+        line = f"| {row['algo']} | {row['env']} | {row['wall_ms_per_step']:.3f} | {row['cpu_ms_per_step']:.3f}"
+        if args.busy:
+            line += (
+                f" | {row['busy_wall_ms_per_step']:.3f} | {row['busy_cpu_ms_per_step']:.3f} | {row['busy_over_idle_cpu']:.2f}"
+            )
+        print(line + " |")
 
 
 if __name__ == "__main__":

@@ -24,10 +24,19 @@ Kinds:
   across games, the IQM of human-normalised scores with its interval, the probability of improvement, and a
   performance profile (``profile.png`` in the data folder).
 - ``evaluations``: every run's evaluations, a row per algo and seed.
+
+The manifest's ``measurements`` are tables of cost and speed, not returns, each from JSON files that a benchmark
+wrote (``data``: a list of files), with the command and machine they record:
+
+- ``throughput`` (``python -m benchmarks throughput``): per file, C, L, T_async, T_async / max(C, L), T_sync,
+  env steps per second asynchronous and T_sync / T_async, CPU-seconds per 1000 steps, idle or busy;
+- ``step_cost`` (``python -m benchmarks step_cost``): per algo and env, wall and CPU ms per env step (and beside
+  CPU-bound processes, with the busy/idle ratio).
 """
 
 import argparse
 import difflib
+import json
 import re
 import sys
 from pathlib import Path
@@ -58,7 +67,7 @@ NOT_YET = "not yet re-measured under the protocol"
 
 def load_manifest(path: Path = MANIFEST) -> dict[str, Any]:
     manifest = yaml.safe_load(path.read_text())
-    names = [table["name"] for table in manifest["tables"]]
+    names = [table["name"] for table in [*manifest["tables"], *manifest.get("measurements", [])]]
     duplicated = sorted({name for name in names if names.count(name) > 1})
     if duplicated:
         raise ProtocolError(f"{path}: tables named more than once: {duplicated}")
@@ -382,6 +391,77 @@ def atari_row(table: "Table", row: dict[str, Any]) -> list[str]:
     ]
 
 
+def _measurement_files(entry: dict[str, Any], root: Path) -> list[dict[str, Any]]:
+    reports = []
+    for name in entry["data"]:
+        path = root / name
+        if not path.is_file():
+            raise ProtocolError(f"measurement {entry['name']}: {name} does not exist")
+        reports.append(json.loads(path.read_text()))
+    return reports
+
+
+def _measured_on(reports: list[dict[str, Any]], entry: dict[str, Any], page: str) -> str:
+    machines = sorted({report["machine"]["name"] for report in reports})
+    dates = sorted({report["machine"].get("date", "") for report in reports} - {""})
+    recipe = entry["recipe"]
+    return f"Machine: {', '.join(machines)}; {', '.join(dates)}. Recipe: [{recipe}]({relative(page, recipe)}).\n"
+
+
+def throughput_table(entry: dict[str, Any], root: Path) -> str:
+    """A row per ``benchmarks throughput`` report: C, L, T_async, overlap, T_sync, speed-up, CPU per 1000 steps."""
+    reports = _measurement_files(entry, root)
+    header = (
+        "| algo | env | collector | learner threads | busy processes | repeats | C s/batch | L s/batch | T_async s/batch "
+        "| T_async / max(C, L) | T_sync s/batch | env steps/s async | T_sync / T_async | CPU s per 1k steps async "
+        "| CPU s per 1k steps sync |\n" + "| --- " * 15 + "|\n"
+    )
+    rows = []
+    for report in reports:
+        threads = report.get("learner_threads") or "default (1)"
+        cells = [
+            report["algo"],
+            report["env"],
+            report["collector"],
+            str(threads),
+            str(report.get("busy_processes", 0)),
+            str(report.get("repeats", 1)),
+            *(f"{report[key]:.3f}" for key in ("C_collect_seconds_per_batch", "L_learn_seconds_per_batch")),
+            f"{report['T_async_seconds_per_batch']:.3f}",
+            f"**{report['T_async_over_max_C_L']:.2f}**",
+            f"{report['T_sync_seconds_per_batch']:.3f}",
+            f"{report['env_steps_per_second_async']:.0f}",
+            f"**{report['T_sync_over_T_async']:.2f}**",
+            f"{report['T_async_cpu_seconds_per_1k_steps']:.2f}",
+            f"{report['T_sync_cpu_seconds_per_1k_steps']:.2f}",
+        ]
+        rows.append("| " + " | ".join(cells) + " |\n")
+    return header + "".join(rows) + "\n" + _measured_on(reports, entry, entry["page"])
+
+
+def step_cost_table(entry: dict[str, Any], root: Path) -> str:
+    """A row per algo and env of ``benchmarks step_cost`` reports: wall and CPU ms per env step (idle, busy)."""
+    reports = _measurement_files(entry, root)
+    busy = any("busy_cpu_ms_per_step" in row for report in reports for row in report["rows"])
+    header = "| algo | env | wall ms/step | CPU ms/step |"
+    if busy:
+        header += " wall ms/step, busy | CPU ms/step, busy | CPU busy / idle | wall busy / idle |"
+    header += "\n" + "| --- " * (8 if busy else 4) + "|\n"
+    rows = []
+    for report in reports:
+        for row in report["rows"]:
+            cells = [row["algo"], row["env"], f"{row['wall_ms_per_step']:.3f}", f"{row['cpu_ms_per_step']:.3f}"]
+            if busy:
+                cells += [f"{row['busy_wall_ms_per_step']:.3f}", f"{row['busy_cpu_ms_per_step']:.3f}"]
+                cells += [f"**{row['busy_over_idle_cpu']:.2f}**", f"{row['busy_over_idle_wall']:.2f}"]
+            rows.append("| " + " | ".join(cells) + " |\n")
+    commands = "; ".join(f"`{report['command']}`" for report in reports)
+    return header + "".join(rows) + f"\nCommand: {commands}.  \n" + _measured_on(reports, entry, entry["page"])
+
+
+MEASUREMENT_KINDS = {"throughput": throughput_table, "step_cost": step_cost_table}
+
+
 def render_blocks(manifest: dict[str, Any], root: Path, write_files: bool) -> dict[str, dict[str, str]]:
     """Per page, each block's generated text."""
     tables = {entry["name"]: Table(entry, root) for entry in manifest["tables"]}
@@ -394,6 +474,10 @@ def render_blocks(manifest: dict[str, Any], root: Path, write_files: bool) -> di
         else:
             text = comparison_table(table)
         pages.setdefault(table.entry["page"], {})[name] = text
+    for entry in manifest.get("measurements", []):
+        if entry.get("kind") not in MEASUREMENT_KINDS:
+            raise ProtocolError(f"measurement {entry['name']}: kind must be one of {sorted(MEASUREMENT_KINDS)}")
+        pages.setdefault(entry["page"], {})[entry["name"]] = MEASUREMENT_KINDS[entry["kind"]](entry, root)
     pages.setdefault("README.md", {})["readme-results"] = readme_table(manifest, tables)
     pages.setdefault("docs/results.md", {})["results-summary"] = readme_table(manifest, tables)
     return pages
