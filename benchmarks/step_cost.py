@@ -44,8 +44,9 @@ WARM_UP_STEPS = 200
 OFF_POLICY = ("sac", "td3", "ddpg", "tqc", "vracer", "sac_refer", "td3_refer")
 
 
-# The yml keys that describe the task rather than the algorithm: kept with --defaults.
-TASK_KEYS = ("policy", "n_envs", "normalize", "env_wrapper", "frame_stack")
+# The yml keys that describe the task rather than the algorithm: kept with --defaults (one environment, as
+# ``IMPACT("MlpPolicy", env_id)`` builds, unless the variant gives ``n_envs``).
+TASK_KEYS = ("policy", "normalize", "env_wrapper", "frame_stack")
 
 
 def build(algo: str, env_id: str, seed: int, train: bool, defaults: bool) -> Any:
