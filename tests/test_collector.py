@@ -199,3 +199,17 @@ def test_collector_kwargs_given_to_load_are_checked_when_learn_builds_the_collec
         model = IMPACT.load(tmp_path / "model", env=gym.make("CartPole-v1"), collector_kwargs=options)
         with pytest.raises(error, match=cause):
             model.learn(64)
+
+
+def test_auto_is_the_process_collector_on_linux_and_the_thread_elsewhere(monkeypatch):
+    from sb3_impact import IMPACT, IMPALA
+    from sb3_impact.common.collectors import ProcessCollector, collector_class, resolved_collector_name
+
+    for algo in (IMPACT, IMPALA):
+        assert algo("MlpPolicy", "CartPole-v1", n_steps=8, device="cpu").collector == "auto"
+    monkeypatch.setattr("sys.platform", "linux")
+    if "fork" in __import__("multiprocessing").get_all_start_methods():
+        assert resolved_collector_name("auto") == "process" and collector_class("auto") is ProcessCollector
+    monkeypatch.setattr("sys.platform", "darwin")
+    assert resolved_collector_name("auto") == "thread" and collector_class("auto") is ThreadCollector
+    assert resolved_collector_name("sync") == "sync" and resolved_collector_name(ThreadCollector) == ""

@@ -25,6 +25,7 @@ SMALL_BUDGET = {
     "iteration_cost": {"--steps": "1024", "--project-steps": "2048"},
     "gradient_step_cost": {"--memory-steps": "2048", "--steps": "5", "--warmup": "2", "--repeats": "1"},
     "ray_scaling": {"--seconds": "2", "--learn-steps": "512", "--repeats": "1", "--workers": "1 2"},
+    "step_cost": {"--steps": "64", "--repeats": "1"},
 }  # fmt: skip
 NEEDS = {"HalfCheetah": "mujoco", "Hopper": "mujoco", "Walker2d": "mujoco", "NoFrameskip": "ale_py", "ray_scaling": "ray"}
 

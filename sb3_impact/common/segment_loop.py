@@ -32,6 +32,7 @@ from sb3_impact.common.collectors import (
     SegmentSampler,
     SyncCollector,
     check_collector,
+    resolved_collector_name,
 )
 from sb3_impact.common.env_util import close_env_after_failure, is_env_factory
 from sb3_impact.common.policy_evaluation import segment_values
@@ -189,7 +190,7 @@ class SegmentLoopMixin(ABC):
         sampler = SegmentSampler(env, policy, steps, self._last_obs, env_source=self.worker_env)
         sampler.policy_version = self._n_updates
         sampler.sde_sample_freq = getattr(self, "sde_sample_freq", -1)
-        name = self.collector if isinstance(self.collector, str) else ""
+        name = resolved_collector_name(self.collector)
         options = {**self.default_collector_kwargs.get(name, {}), **self.collector_kwargs}
         return collector_type(sampler, **options)
 

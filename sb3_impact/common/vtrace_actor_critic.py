@@ -71,7 +71,7 @@ class VTraceActorCritic(OnPolicySegmentMixin, OnPolicyAlgorithm):
         normalize_advantage: bool,
         broadcast_interval: int,
         batch_size: int | None = None,
-        collector: str | type[Collector] = "thread",
+        collector: str | type[Collector] = "auto",
         collector_kwargs: dict[str, Any] | None = None,
         learner_threads: int | None = 1,
         stats_window_size: int = 100,

@@ -69,7 +69,8 @@ class IMPACT(VTraceActorCritic):
     :param kl_coef: Initial coefficient eta of the KL(pi_target || pi) penalty (0 disables it)
     :param kl_target: KL target of the adaptive penalty (None: eta stays constant)
     :param max_grad_norm: The maximum value for the gradient clipping
-    :param collector: Where segments are collected (default "thread"): ``"sync"``, ``"thread"``, ``"process"``,
+    :param collector: Where segments are collected (default "auto": ``"process"`` on Linux, ``"thread"`` elsewhere;
+        chosen by measurement, see docs/algorithms/collectors.md): ``"sync"``, ``"thread"``, ``"process"``,
         ``"ray"`` or a ``Collector`` subclass (see :class:`~sb3_impact.common.segment_loop.SegmentLoopMixin`)
     :param collector_kwargs: The collector's options, e.g. ``queue_size`` (see docs/algorithms/collectors.md)
     :param learner_threads: PyTorch intra-op threads of the learner during ``learn()`` (restored after it; None:
@@ -112,7 +113,7 @@ class IMPACT(VTraceActorCritic):
         kl_coef: float = 0.0,
         kl_target: float | None = 0.01,
         max_grad_norm: float = 0.5,
-        collector: str | type[Collector] = "thread",
+        collector: str | type[Collector] = "auto",
         collector_kwargs: dict[str, Any] | None = None,
         learner_threads: int | None = 1,
         stats_window_size: int = 100,

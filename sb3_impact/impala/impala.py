@@ -70,7 +70,8 @@ class IMPALA(VTraceActorCritic):
     :param ent_coef: Entropy coefficient
     :param vf_coef: Value function coefficient
     :param max_grad_norm: The maximum value for the gradient clipping
-    :param collector: Where segments are collected (default "thread"): ``"sync"``, ``"thread"``, ``"process"``,
+    :param collector: Where segments are collected (default "auto": ``"process"`` on Linux, ``"thread"`` elsewhere;
+        chosen by measurement, see docs/algorithms/collectors.md): ``"sync"``, ``"thread"``, ``"process"``,
         ``"ray"`` or a ``Collector`` subclass (see :class:`~sb3_impact.common.segment_loop.SegmentLoopMixin`)
     :param collector_kwargs: The collector's options, e.g. ``queue_size`` (see docs/algorithms/collectors.md)
     :param learner_threads: PyTorch intra-op threads of the learner during ``learn()`` (restored after it; None:
@@ -110,7 +111,7 @@ class IMPALA(VTraceActorCritic):
         ent_coef: float = 0.01,
         vf_coef: float = 0.5,
         max_grad_norm: float = 40.0,
-        collector: str | type[Collector] = "thread",
+        collector: str | type[Collector] = "auto",
         collector_kwargs: dict[str, Any] | None = None,
         learner_threads: int | None = 1,
         stats_window_size: int = 100,

@@ -10,10 +10,14 @@ Collectors feed :class:`~sb3_impact.common.segments.Segment` objects to a learne
 - ``"process"`` (:class:`ProcessCollector`) does the same in a forked process, for CPU-bound environments
   whose Python work would otherwise share the GIL with the learner;
 - ``"ray"`` (:class:`~sb3_impact.common.collectors.ray.RayCollector`) collects in Ray actors, on this machine
-  or a cluster (imported lazily: Ray is an optional extra).
+  or a cluster (imported lazily: Ray is an optional extra);
+- ``"auto"`` (IMPACT's and IMPALA's default) is ``"process"`` on Linux and ``"thread"`` elsewhere, resolved when a
+  collector is built, so that a saved model loads on any platform.
 """
 
 import inspect
+import multiprocessing as mp
+import sys
 from typing import Any
 
 from sb3_impact.common.collectors.base import Collector, CollectorError, SyncCollector
@@ -22,13 +26,24 @@ from sb3_impact.common.collectors.sampler import CollectionInterrupted, SegmentS
 from sb3_impact.common.collectors.thread import ThreadCollector
 
 # The collectors by name (the algorithms' ``collector`` parameter).
-COLLECTOR_NAMES = ("sync", "thread", "process", "ray")
+COLLECTOR_NAMES = ("auto", "sync", "thread", "process", "ray")
+
+
+def resolved_collector_name(collector: str | type[Collector]) -> str:
+    """
+    The name a ``collector`` parameter stands for: ``"auto"`` is ``"process"`` where a forked process is safe
+    (Linux; macOS's fork is unsafe with many libraries) and ``"thread"`` elsewhere; a class has no name ("").
+    """
+    if collector == "auto":
+        return "process" if sys.platform.startswith("linux") and "fork" in mp.get_all_start_methods() else "thread"
+    return collector if isinstance(collector, str) else ""
 
 
 def collector_class(collector: str | type[Collector]) -> type[Collector]:
     """The class behind a ``collector`` parameter: a name of :data:`COLLECTOR_NAMES` or a Collector subclass."""
     if isinstance(collector, type) and issubclass(collector, Collector):
         return collector
+    collector = resolved_collector_name(collector) if collector == "auto" else collector
     if collector == "sync":
         return SyncCollector
     if collector == "thread":
@@ -76,4 +91,5 @@ __all__ = [
     "ThreadCollector",
     "check_collector",
     "collector_class",
+    "resolved_collector_name",
 ]
