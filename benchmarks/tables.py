@@ -31,7 +31,8 @@ wrote (``data``: a list of files), with the command and machine they record:
 - ``throughput`` (``python -m benchmarks throughput``): per file, C, L, T_async, T_async / max(C, L), T_sync,
   env steps per second asynchronous and T_sync / T_async, CPU-seconds per 1000 steps, idle or busy;
 - ``step_cost`` (``python -m benchmarks step_cost``): per algo and env, wall and CPU ms per env step (and beside
-  CPU-bound processes, with the busy/idle ratio).
+  CPU-bound processes, with the busy/idle ratio);
+- ``demo``: the README demo's training time and CPU, idle and busy, from its output under ``/usr/bin/time -v``.
 """
 
 import argparse
@@ -459,7 +460,26 @@ def step_cost_table(entry: dict[str, Any], root: Path) -> str:
     return header + "".join(rows) + f"\nCommand: {commands}.  \n" + _measured_on(reports, entry, entry["page"])
 
 
-MEASUREMENT_KINDS = {"throughput": throughput_table, "step_cost": step_cost_table}
+def demo_table(entry: dict[str, Any], root: Path) -> str:
+    """
+    The README demo's training time and CPU, idle and busy: ``data`` is the demo's output under ``/usr/bin/time -v``
+    in two files, idle first (its "N steps in S s" line, and the user and system CPU seconds of the whole run).
+    """
+    rows, figures = [], []
+    for label, name in zip(("idle", "two CPU-bound processes beside it"), entry["data"], strict=True):
+        text = (root / name).read_text()
+        steps, seconds = re.search(r"(\d+) steps in ([\d.]+)s", text).groups()  # type: ignore[union-attr]
+        cpu = sum(float(value) for value in re.findall(r"(?:User|System) time \(seconds\): ([\d.]+)", text))
+        figures.append((float(seconds), cpu))
+        rows.append(f"| {label} | {steps} | {float(seconds):.1f} | {cpu:.1f} |\n")
+    (idle_seconds, idle_cpu), (busy_seconds, busy_cpu) = figures
+    header = "| machine | env steps | training wall s | CPU s of the whole run |\n| --- | --- | --- | --- |\n"
+    ratios = f"Busy over idle: training time **{busy_seconds / idle_seconds:.2f}x**, CPU {busy_cpu / idle_cpu:.2f}x.  \n"
+    recipe = entry["recipe"]
+    return header + "".join(rows) + "\n" + ratios + f"Recipe: [{recipe}]({relative(entry['page'], recipe)}).\n"
+
+
+MEASUREMENT_KINDS = {"throughput": throughput_table, "step_cost": step_cost_table, "demo": demo_table}
 
 
 def render_blocks(manifest: dict[str, Any], root: Path, write_files: bool) -> dict[str, dict[str, str]]:

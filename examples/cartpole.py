@@ -1,12 +1,14 @@
 """
-Demo: IMPACT with its default hyperparameters on CartPole-v1 (about two minutes on two idle CPU cores; 12 minutes
-when two other processes held both cores: the learner's and the collector's threads then share what is left).
+Demo: IMPACT with its default hyperparameters on CartPole-v1 (its time on two idle cores and beside two busy
+processes is on docs/results.md, "Overlap and threads on two cores").
 
     python examples/cartpole.py [--steps 100000] [--algo impact|impala]
 
-Trains with the algorithm's default collector, ``collector="thread"`` (a background thread collects the next
-segment while the learner trains; docs/algorithms/collectors.md), saves the model, loads it back and reports
-the deterministic evaluation return over 10 episodes (500 is the maximum).
+Trains with the algorithm's default collector, ``collector="auto"``: on Linux a forked process collects the next
+segment while the learner trains, each on its own core (elsewhere a background thread does;
+docs/algorithms/collectors.md). The learner runs one PyTorch thread (``learner_threads=1``), so a busy machine
+slows it down without making it burn CPU. Then it saves the model, loads it back and reports the deterministic
+evaluation return over 10 episodes (500 is the maximum).
 """
 
 import argparse

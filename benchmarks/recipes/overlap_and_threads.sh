@@ -35,3 +35,10 @@ python -m benchmarks step_cost --algos "${VARIANTS[@]}" --env HalfCheetah-v5 --t
     --out "$OUT/threads_mlp"
 python -m benchmarks step_cost --algos "${VARIANTS[@]}" --env BreakoutNoFrameskip-v4 --train --busy 2 --steps 4096 \
     --repeats 1 --out "$OUT/threads_cnn"
+
+# The README demo, idle and then beside two CPU-bound processes (its output under /usr/bin/time -v).
+mkdir -p "$OUT/demo"
+/usr/bin/time -v python examples/cartpole.py > "$OUT/demo/idle.txt" 2>&1
+for _ in 1 2; do python -c "while True: pass" & done
+/usr/bin/time -v python examples/cartpole.py > "$OUT/demo/busy.txt" 2>&1
+kill %1 %2
