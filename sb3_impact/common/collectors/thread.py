@@ -22,8 +22,8 @@ class ThreadCollector(Collector):
     learner to take a segment before it starts the next one (backpressure, bounded memory). With
     ``queue_size=1`` the next segment is collected while the learner trains on the current one, so
     segments are one batch of updates stale and collection still overlaps learning.
-    PyTorch's thread settings are process-wide. By default they are left alone, and the learner keeps its
-    intra-op threads (the sampling policy's forward passes on a few observations hardly use them). With
+    PyTorch's thread settings are process-wide. The algorithm's ``learner_threads`` (default 1) sets them for
+    ``learn()``; this collector leaves them alone by default. With
     ``limit_learner_threads=True`` they are capped at the number of CPUs minus one while the collector
     runs (restored by :meth:`close`), as the process collector does: learners that take many small
     gradient steps (PPO-AMBER, PTR-PPO, V-RACER) otherwise leave the collector thread no core (measured on
