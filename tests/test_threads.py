@@ -1,12 +1,14 @@
 """The thread policy: every algorithm learns with ``learner_threads`` PyTorch threads and restores the process's setting."""
 
+import os
+
 import pytest
 import torch as th
 from stable_baselines3.common.callbacks import BaseCallback
 
-from sb3_impact import VRACER, SACReFER, TD3ReFER
+from sb3_impact import IMPACT, VRACER, SACReFER, TD3ReFER
 
-from .algorithms import ALGO_IDS, ALGOS, small
+from .algorithms import ALGO_IDS, ALGOS, COLLECTING, small
 
 
 class TorchThreadsDuringTraining(BaseCallback):
@@ -26,6 +28,8 @@ def test_learn_runs_with_learner_threads_and_restores_pytorchs_setting(algo, thr
     th.set_num_threads(3)
     try:
         kwargs = {} if threads is None else {"learner_threads": threads}
+        if algo in COLLECTING:  # in the learner's thread: no collector caps the learner's threads (process, Ray do)
+            kwargs["collector"] = "sync"
         env = "Pendulum-v1" if algo in (VRACER, SACReFER, TD3ReFER) else "CartPole-v1"
         model = algo("MlpPolicy", env, **small(algo, **kwargs))
         callback = TorchThreadsDuringTraining()
@@ -42,3 +46,15 @@ def test_invalid_learner_threads_are_refused_at_construction(algo, threads):
     env = "Pendulum-v1" if algo in (VRACER, SACReFER, TD3ReFER) else "CartPole-v1"
     with pytest.raises(ValueError, match="learner_threads must be an integer >= 1 or None"):
         algo("MlpPolicy", env, learner_threads=threads, **small(algo))
+
+
+def test_the_process_collector_caps_a_larger_learner_threads_at_the_cores_its_child_leaves():
+    previous = th.get_num_threads()
+    try:
+        callback = TorchThreadsDuringTraining()
+        model = IMPACT("MlpPolicy", "CartPole-v1", collector="process", learner_threads=8, **small(IMPACT))
+        model.learn(64, callback=callback)
+        assert callback.seen == {max(1, min(8, (os.cpu_count() or 1) - 1))}
+        assert th.get_num_threads() == previous
+    finally:
+        th.set_num_threads(previous)
