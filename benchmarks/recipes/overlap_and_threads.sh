@@ -14,6 +14,9 @@ python -m benchmarks step_cost --algos sac vracer "vracer[collector=sync,train_f
 python -m benchmarks throughput --algo impact --env BreakoutNoFrameskip-v4 --collector process --batches 40 --repeats 3 --out "$OUT"
 python -m benchmarks throughput --algo impact --env HalfCheetah-v5 --collector process --batches 60 --repeats 3 --out "$OUT"
 python -m benchmarks throughput --algo impala --env BreakoutNoFrameskip-v4 --collector process --batches 40 --repeats 3 --out "$OUT"
+# The same with the thread collector, the Atari entries' (ALE's steps and the convolutions release the GIL).
+python -m benchmarks throughput --algo impact --env BreakoutNoFrameskip-v4 --collector thread --batches 40 --repeats 3 --out "$OUT/thread"
+python -m benchmarks throughput --algo impala --env BreakoutNoFrameskip-v4 --collector thread --batches 40 --repeats 3 --out "$OUT/thread"
 
 # Every algorithm's default, idle and beside two CPU-bound processes (CPU per env step, whole learn()).
 python -m benchmarks step_cost --algos impact impala ppo_amber ptr_ppo --env CartPole-v1 --train --defaults --busy 2 \
