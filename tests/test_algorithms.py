@@ -471,25 +471,3 @@ def test_adapt_kl_coef_rule():
         assert model.kl_coef == pytest.approx(expected) and model._kl_count == 0
     model._adapt_kl_coef()  # nothing measured since the last update: unchanged
     assert model.kl_coef == pytest.approx(0.375)
-
-
-class TorchThreadsDuringTraining(BaseCallback):
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen: set[int] = set()
-
-    def _on_step(self) -> bool:
-        self.seen.add(th.get_num_threads())
-        return True
-
-
-def test_learner_threads_none_leaves_the_learner_pytorchs_threads():
-    """torch.set_num_threads is process-wide: with learner_threads=None, neither IMPACT nor its thread collector lowers it."""
-    previous = th.get_num_threads()
-    th.set_num_threads(2)
-    try:
-        callback = TorchThreadsDuringTraining()
-        IMPACT("MlpPolicy", "CartPole-v1", collector="thread", learner_threads=None, **SMALL).learn(256, callback=callback)
-        assert callback.seen == {2} and th.get_num_threads() == 2
-    finally:
-        th.set_num_threads(previous)

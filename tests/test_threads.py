@@ -58,3 +58,17 @@ def test_the_process_collector_caps_a_larger_learner_threads_at_the_cores_its_ch
         assert th.get_num_threads() == previous
     finally:
         th.set_num_threads(previous)
+
+
+def test_learner_threads_none_leaves_the_learner_pytorchs_threads():
+    """torch.set_num_threads is process-wide: with learner_threads=None, neither IMPACT nor its thread collector lowers it."""
+    previous = th.get_num_threads()
+    th.set_num_threads(2)
+    try:
+        callback = TorchThreadsDuringTraining()
+        IMPACT("MlpPolicy", "CartPole-v1", collector="thread", learner_threads=None, **small(IMPACT)).learn(
+            256, callback=callback
+        )
+        assert callback.seen == {2} and th.get_num_threads() == 2
+    finally:
+        th.set_num_threads(previous)

@@ -12,6 +12,7 @@ The slots are anonymous shared mappings (``mmap.mmap(-1, size)``) made before th
 ``/dev/shm``, no resource tracker is involved, and the memory goes when both processes have let go of it.
 """
 
+import contextlib
 import mmap
 from dataclasses import dataclass
 from typing import Any
@@ -207,10 +208,9 @@ class SegmentSlots:
         """Let go of this process's mappings (views first: a mapping with live views cannot be closed)."""
         self._views = []
         for buffer in self._buffers:
-            try:
+            # A view still alive elsewhere keeps its mapping open; the mapping is freed with that view.
+            with contextlib.suppress(BufferError):
                 buffer.close()
-            except BufferError:  # a view handed out is still alive: the mapping goes with it
-                pass
         self._buffers = []
 
 
