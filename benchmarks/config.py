@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import rl_zoo3.import_envs  # noqa: F401  (rl-zoo3's own tasks: CartPoleNoVel-v1, PendulumNoVel-v1, ...)
 import torch as th
 import yaml
 from rl_zoo3.utils import ALGOS as ZOO_ALGOS

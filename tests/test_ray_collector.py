@@ -357,3 +357,20 @@ def test_vracer_memory_takes_episodes_from_every_ray_worker(local_ray):
     assert sum(lengths) == len(memory) == model.trained_steps
     assert model._n_updates > 0 and model.sampled_steps == model.trained_steps + model.dropped_steps
     assert wait_until_no_workers(local_ray) == []
+
+
+@pytest.mark.parametrize("algo", [IMPACT, IMPALA])
+def test_recurrent_policies_learn_from_ray_workers_with_their_lstm_states(local_ray, algo):
+    """Each worker's sampler carries its own LSTM states; its segments bring them to the learner."""
+    model = algo(
+        "MlpLstmPolicy", "CartPole-v1", collector="ray", collector_kwargs=dict(num_workers=2, envs_per_worker=2),
+        n_steps=16, batch_size=16, policy_kwargs=dict(lstm_hidden_size=8, net_arch=[8]), seed=0, device="cpu",
+    )  # fmt: skip
+    stored = []
+    original = model._store_segment
+    model._store_segment = lambda segment: (stored.append(segment), original(segment))[1]
+    model.learn(256)
+    assert model.sampled_steps == model.trained_steps + model.dropped_steps == model.num_timesteps >= 256
+    assert stored and all(segment.lstm_states is not None and segment.lstm_states[0].shape == (1, 2, 8) for segment in stored)
+    assert all(segment.episode_starts.shape == (16, 2) for segment in stored)
+    assert wait_until_no_workers(local_ray) == []

@@ -40,7 +40,7 @@ def make_sampler(dict_observations=False, normalize=False, n_steps=20):
 
 
 def slots_for(sampler, n_slots=2):
-    actions, log_probs, params = sampler._act(sampler.last_observation)
+    actions, log_probs, params = sampler.draw_once(sampler.last_observation)
     return SegmentSlots(
         n_slots, sampler.n_steps, sampler.last_observation, actions, log_probs, params, original_rewards=normalize_of(sampler)
     )

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import gymnasium as gym
 import pytest
+import rl_zoo3.import_envs  # noqa: F401  (registers the partially observed tasks: CartPoleNoVel-v1, ...)
 import yaml
 
 from sb3_impact import IMPACT, IMPALA
@@ -18,8 +19,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 # The envs each algorithm's shipped yml must cover (the issue that introduced the algorithm lists them).
 REQUIRED_ZOO_ENVS = {
-    "impact": {"CartPole-v1", "Pendulum-v1", "HalfCheetah-v5", "atari"},
-    "impala": {"CartPole-v1", "Pendulum-v1", "HalfCheetah-v5", "atari"},
+    "impact": {"CartPole-v1", "Pendulum-v1", "HalfCheetah-v5", "atari", "CartPoleNoVel-v1", "PendulumNoVel-v1"},
+    "impala": {"CartPole-v1", "Pendulum-v1", "HalfCheetah-v5", "atari", "CartPoleNoVel-v1", "PendulumNoVel-v1"},
     "vracer": {"Pendulum-v1", "HalfCheetah-v5", "Hopper-v5", "Walker2d-v5"},
     "ppo_amber": {"Pendulum-v1", "LunarLanderContinuous-v3", "HalfCheetah-v5", "Hopper-v5", "CartPole-v1"},
     "ptr_ppo": {"atari", "CartPole-v1", "LunarLander-v3"},
@@ -29,7 +30,8 @@ REQUIRED_ZOO_ENVS = {
 
 # An env with a shipped yml entry per algorithm, for the rl-zoo3 command-line tests.
 ZOO_COMMAND_ENVS = [("impact", "CartPole-v1"), ("impala", "CartPole-v1"), ("ppo_amber", "Pendulum-v1"),
-                    ("vracer", "Pendulum-v1"), ("ptr_ppo", "CartPole-v1"), ("sac_refer", "Pendulum-v1")]  # fmt: skip
+                    ("vracer", "Pendulum-v1"), ("ptr_ppo", "CartPole-v1"), ("sac_refer", "Pendulum-v1"),
+                    ("impact", "CartPoleNoVel-v1"), ("impala", "PendulumNoVel-v1")]  # fmt: skip
 
 
 def hook_installed() -> bool:
@@ -94,7 +96,8 @@ def test_rl_zoo3_train_and_enjoy_commands(algo, env_id, tmp_path):
     assert {key: dict(saved_config).get(key) for key in shipped} == shipped
     # Longer than the env's time limit: an episode ends (and its reward is printed) whatever the policy learnt,
     # even one that balances CartPole for all its steps.
-    n_enjoy_steps = gym.spec(env_id).max_episode_steps + 1
+    # rl-zoo3's NoVel tasks keep the time limit inside (CartPole's 500, Pendulum's 200): their spec has none.
+    n_enjoy_steps = (gym.spec(env_id).max_episode_steps or 500) + 1
     enjoy_args = ["--algo", algo, "--env", env_id, "-f", "logs/", "-n", str(n_enjoy_steps), "--no-render", "--seed", "0"]
     enjoy = run([sys.executable, "-m", "rl_zoo3.enjoy", *enjoy_args], cwd=tmp_path, timeout=300)
     assert enjoy.returncode == 0, enjoy.stderr[-3000:]
@@ -124,6 +127,19 @@ def test_optimize_prunes_a_trial_whose_settings_cannot_be_built(tmp_path):
     trials = optuna.load_study(study_name="amber", storage=storage).trials
     assert [trial.state for trial in trials] == [optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED]
     assert trials[1].user_attrs["pruned_reason"] == reason
+
+
+@pytest.mark.skipif(not hook_installed(), reason="needs the installed startup hook: pip install . (not -e)")
+@pytest.mark.timeout(200)
+def test_optimize_runs_a_recurrent_entry(tmp_path):
+    """``-optimize`` on a recurrent yml entry: the sampled settings build IMPACT with its LSTM policy; a trial completes."""
+    optimize = [sys.executable, "-m", "rl_zoo3.train", "--algo", "impact", "--env", "CartPoleNoVel-v1", "-optimize"]
+    optimize += ["--n-trials", "1", "-n", "256", "--n-evaluations", "1", "--eval-episodes", "1", "-f", "logs"]
+    optimize += ["--no-optim-plots", "-params", "n_envs:2", "collector:'sync'", "--seed", "0"]
+    completed = run(optimize, tmp_path, 180)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "Trial 0 finished with value" in completed.stderr
+    assert "pruned" not in (completed.stdout + completed.stderr).lower()
 
 
 @pytest.mark.skipif(not hook_installed(), reason="needs the installed startup hook: pip install . (not -e)")

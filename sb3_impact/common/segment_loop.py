@@ -36,6 +36,7 @@ from sb3_impact.common.collectors import (
 )
 from sb3_impact.common.env_util import close_env_after_failure, is_env_factory
 from sb3_impact.common.policy_evaluation import segment_values
+from sb3_impact.common.recurrent import constructor_parameters, is_recurrent
 from sb3_impact.common.segments import Segment
 from sb3_impact.common.threads import DEFAULT_LEARNER_THREADS, check_learner_threads, learner_threads
 
@@ -52,7 +53,7 @@ def frozen_policy_copy(policy: BasePolicy, device: th.device | str) -> BasePolic
     a seeded run draws the same actions whatever the collector.
     """
     with th.random.fork_rng(devices=[]):
-        policy_copy = policy.__class__(**policy._get_constructor_parameters())
+        policy_copy = policy.__class__(**constructor_parameters(policy))
     policy_copy.load_state_dict(policy.state_dict())
     policy_copy = policy_copy.to(device)
     policy_copy.set_training_mode(False)
@@ -372,6 +373,11 @@ class OnPolicySegmentMixin(SegmentLoopMixin):
         SB3's on-policy collection: ``n_rollout_steps`` vector steps of ``env`` into ``rollout_buffer``, with the
         callbacks called as SB3's PPO calls them. Returns False if a callback stopped training.
         """
+        if is_recurrent(self.policy):
+            raise ValueError(
+                "collect_rollouts fills SB3's rollout buffer, which holds no LSTM state: a recurrent policy trains in "
+                "learn(), from segments that carry the LSTM states they started from"
+            )
         if self._collector is not None:
             if n_rollout_steps != self._collector.sampler.n_steps:
                 raise ValueError(

@@ -12,6 +12,7 @@ from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback
 from sb3_impact.common.collectors import Collector
 from sb3_impact.common.distributions import check_action_space
 from sb3_impact.common.observations import check_observation_space
+from sb3_impact.common.recurrent import refuse_recurrent_policy
 from sb3_impact.common.rollout_buffers import BehaviourRecordingMixin, BehaviourRolloutBuffer, DictBehaviourRolloutBuffer
 from sb3_impact.common.segment_loop import OnPolicySegmentMixin
 from sb3_impact.common.segments import Segment
@@ -48,6 +49,7 @@ class SegmentPPO(OnPolicySegmentMixin, PPO):
         _init_setup_model: bool = True,
         **kwargs: Any,
     ) -> None:
+        refuse_recurrent_policy(policy, type(self).__name__)
         env = self._init_collection(env, collector, collector_kwargs, learner_threads)
         if rollout_buffer_class is not None and not issubclass(rollout_buffer_class, BehaviourRecordingMixin):
             raise TypeError(

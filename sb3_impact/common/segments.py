@@ -23,6 +23,10 @@ class Segment:
     ``worker index * envs_per_worker + j``); None means ``0 .. n_envs - 1``, one VecEnv. ``envs_reset`` is True
     when those environments were built and reset just before this segment (a new Ray worker, or the
     replacement of a failed one): an episode of those ids left open by earlier segments ended unfinished there.
+
+    With a recurrent policy, ``episode_starts`` ``[T, B]`` says which observations start an episode (the LSTM
+    states are zeroed before them) and ``lstm_states`` holds the states the segment started from (actor hidden and
+    cell, critic hidden and cell, each ``[layers, B, H]``); both are None otherwise.
     """
 
     observations: Observation
@@ -41,6 +45,8 @@ class Segment:
     extras: dict[str, Any] = field(default_factory=dict)
     env_ids: np.ndarray | None = None
     envs_reset: bool = False
+    episode_starts: np.ndarray | None = None
+    lstm_states: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
 
     @property
     def n_steps(self) -> int:

@@ -5,7 +5,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch as th
-from stable_baselines3.common.policies import BasePolicy
+from sb3_contrib.common.recurrent.type_aliases import RNNStates
+from stable_baselines3.common.distributions import Distribution
+from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.type_aliases import TensorDict
 
 from sb3_impact.common.observations import (
@@ -14,6 +16,8 @@ from sb3_impact.common.observations import (
     merge_time_and_envs,
     observations_to_tensor,
 )
+from sb3_impact.common.policy_evaluation import evaluate_policy_and_values
+from sb3_impact.common.recurrent import lstm_states_from_numpy, recurrent_forward, select_envs
 from sb3_impact.common.segments import Segment
 
 
@@ -24,6 +28,7 @@ class Minibatch(NamedTuple):
     observations: th.Tensor | TensorDict
     actions: th.Tensor
     behaviour_log_probs: th.Tensor
+    envs: slice | th.Tensor = slice(None)  # recurrent batches: the whole env columns the samples are
 
 
 @dataclass
@@ -37,6 +42,10 @@ class TrainingBatch:
     (at the ``(t, env)`` positions in ``final_observation_indices``). ``targets`` is the algorithm's own record of
     per-batch targets when it keeps them over several uses (IMPACT's, set at the batch's first use); ``uses`` and
     ``last_use`` are the circular buffer's count.
+
+    A batch collected with a recurrent policy also holds ``episode_starts`` ``[T, B]`` (float) and the LSTM states
+    the segment started from (``lstm_states``); its minibatches are then whole env columns, replayed through the
+    LSTMs from those states (:meth:`evaluate`, :meth:`bootstrap_values`).
     """
 
     observations: th.Tensor | TensorDict
@@ -51,6 +60,8 @@ class TrainingBatch:
     policy_version: int
     n_steps: int
     n_envs: int
+    episode_starts: th.Tensor | None = None
+    lstm_states: RNNStates | None = None
     targets: Any = None
     uses: int = 0
     last_use: bool = False
@@ -80,17 +91,105 @@ class TrainingBatch:
             policy_version=segment.policy_version,
             n_steps=segment.n_steps,
             n_envs=segment.n_envs,
+            episode_starts=None if segment.episode_starts is None else to_tensor(segment.episode_starts).float(),
+            lstm_states=None if segment.lstm_states is None else lstm_states_from_numpy(segment.lstm_states, device),
         )
+
+    @property
+    def recurrent(self) -> bool:
+        return self.lstm_states is not None
+
+    def evaluate(self, policy: ActorCriticPolicy, minibatch: Minibatch | None = None) -> tuple[Distribution, th.Tensor]:
+        """
+        ``policy``'s action distribution and values ``[N]`` on ``minibatch`` (None: the whole batch), one feature
+        pass for both heads. A recurrent batch's env columns are replayed from their stored LSTM states.
+        """
+        minibatch = self.minibatch(slice(None)) if minibatch is None else minibatch
+        if not self.recurrent:
+            return evaluate_policy_and_values(policy, minibatch.observations)
+        assert self.lstm_states is not None and self.episode_starts is not None
+        output = recurrent_forward(
+            policy,  # type: ignore[arg-type]
+            minibatch.observations,
+            select_envs(self.lstm_states, minibatch.envs),
+            self.episode_starts[:, minibatch.envs],
+        )
+        return policy._get_action_dist_from_latent(output.latent_pi), policy.value_net(output.latent_vf).flatten()
+
+    def predict_values(self, policy: ActorCriticPolicy, minibatch: Minibatch | None = None) -> th.Tensor:
+        """``policy``'s values ``[N]`` on ``minibatch`` (None: the whole batch), without the actor where it can."""
+        minibatch = self.minibatch(slice(None)) if minibatch is None else minibatch
+        if not self.recurrent:
+            return policy.predict_values(minibatch.observations).flatten()
+        assert self.lstm_states is not None and self.episode_starts is not None
+        output = recurrent_forward(
+            policy,  # type: ignore[arg-type]
+            minibatch.observations,
+            select_envs(self.lstm_states, minibatch.envs),
+            self.episode_starts[:, minibatch.envs],
+            actor=False,
+        )
+        return policy.value_net(output.latent_vf).flatten()
 
     @th.no_grad()
     def bootstrap_values(self, policy: BasePolicy) -> tuple[th.Tensor, th.Tensor]:
         """``V(next observation)`` ``[B]`` and ``V(final observation)`` ``[T, B]`` (zero where not truncated)."""
-        values = policy.predict_values(self.bootstrap_observations).flatten()  # type: ignore[attr-defined]
+        if self.recurrent:
+            values = self._recurrent_bootstrap_values(policy)  # type: ignore[arg-type]
+        else:
+            values = policy.predict_values(self.bootstrap_observations).flatten()  # type: ignore[attr-defined]
         final_values = th.zeros_like(self.rewards)
         indices = self.final_observation_indices
         if len(indices) > 0:
             final_values[indices[:, 0], indices[:, 1]] = values[self.n_envs :]
         return values[: self.n_envs], final_values
+
+    def _recurrent_bootstrap_values(self, policy: ActorCriticPolicy) -> th.Tensor:
+        """
+        The critic replayed over the segment from its stored states: ``V`` of the observations after it, from the
+        states after the last step (zeroed where an episode ended there), then of each final observation of a
+        time-limit end ``(t, env)``, from the states after step ``t`` (the episode goes on into it).
+        """
+        assert self.lstm_states is not None and self.episode_starts is not None
+        indices = self.final_observation_indices
+        keep_steps = tuple(sorted({int(step) for step in indices[:, 0].tolist()})) if len(indices) else ()
+        replay = recurrent_forward(
+            policy,
+            self.observations,
+            self.lstm_states,
+            self.episode_starts,
+            actor=False,
+            keep_steps=keep_steps,  # type: ignore[arg-type]
+        )
+        ended = (self.terminations[-1] | self.truncations[-1]).float().view(1, -1)
+        after = recurrent_forward(
+            policy,  # type: ignore[arg-type]
+            index_observation(self.bootstrap_observations, slice(0, self.n_envs)),
+            replay.states,
+            ended,
+            actor=False,
+        )
+        parts = [policy.value_net(after.latent_vf).flatten()]
+        if len(indices):
+            steps, envs = indices[:, 0].tolist(), indices[:, 1]
+
+            def gather(position: int) -> tuple[th.Tensor, th.Tensor]:
+                pairs = [replay.kept_states[step] for step in steps]
+                return (
+                    th.stack([states.pi[position][:, env] for states, env in zip(pairs, envs, strict=True)], dim=1),
+                    th.stack([states.vf[position][:, env] for states, env in zip(pairs, envs, strict=True)], dim=1),
+                )
+
+            (pi_hidden, vf_hidden), (pi_cell, vf_cell) = gather(0), gather(1)
+            final = recurrent_forward(
+                policy,  # type: ignore[arg-type]
+                index_observation(self.bootstrap_observations, slice(self.n_envs, None)),
+                RNNStates((pi_hidden, pi_cell), (vf_hidden, vf_cell)),
+                th.zeros(1, len(indices), device=self.rewards.device),
+                actor=False,
+            )
+            parts.append(policy.value_net(final.latent_vf).flatten())
+        return th.cat(parts)
 
     def minibatch_indices(self, batch_size: int | None) -> list[slice | th.Tensor]:
         """
@@ -98,9 +197,20 @@ class TrainingBatch:
         ``[T * B]`` samples (``[slice(None)]``: the whole batch in one step, also when ``batch_size`` is None). The
         permutation is drawn over env-major positions, the order of SB3's rollout buffer, so that a seeded run takes
         the same minibatches as SB3's PPO.
+
+        A recurrent batch's minibatches are whole env columns, ``batch_size // n_steps`` of them, each minibatch's
+        indices time-major over its columns (``[T, b]`` flattened; its first ``b`` entries are the columns).
         """
         if batch_size is None or batch_size >= self.size:
             return [slice(None)]
+        if self.recurrent:
+            columns = max(batch_size // self.n_steps, 1)
+            permutation = th.as_tensor(np.random.permutation(self.n_envs), device=self.rewards.device)
+            steps = th.arange(self.n_steps, device=self.rewards.device).view(-1, 1) * self.n_envs
+            return [
+                (steps + permutation[start : start + columns].view(1, -1)).flatten()
+                for start in range(0, self.n_envs, columns)
+            ]
         env_major = np.random.permutation(self.size)
         time_major = (env_major % self.n_steps) * self.n_envs + env_major // self.n_steps
         indices = th.as_tensor(time_major, device=self.rewards.device)
@@ -108,9 +218,13 @@ class TrainingBatch:
 
     def minibatch(self, indices: slice | th.Tensor) -> Minibatch:
         """The samples ``indices`` (from :meth:`minibatch_indices`) of the batch."""
+        envs: slice | th.Tensor = slice(None)
+        if self.recurrent and isinstance(indices, th.Tensor):  # whole columns, time-major: the first row names them
+            envs = indices[: len(indices) // self.n_steps]
         return Minibatch(
             indices,
             index_observation(self.observations, indices),
             self.actions[indices],
             self.behaviour_log_probs.flatten()[indices],
+            envs,
         )

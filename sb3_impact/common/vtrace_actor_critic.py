@@ -21,6 +21,7 @@ from sb3_impact.common.distributions import check_action_space
 from sb3_impact.common.estimators import fold_truncation_bootstrap, vtrace
 from sb3_impact.common.modes import evaluation_mode, has_mode_dependent_layers
 from sb3_impact.common.observations import check_observation_space
+from sb3_impact.common.recurrent import is_recurrent
 from sb3_impact.common.rollout_buffers import BehaviourRolloutBuffer, DictBehaviourRolloutBuffer
 from sb3_impact.common.segment_loop import OnPolicySegmentMixin
 from sb3_impact.common.segments import Segment
@@ -156,6 +157,11 @@ class VTraceActorCritic(OnPolicySegmentMixin, OnPolicyAlgorithm):
             self.observation_space, self.action_space, self.lr_schedule, **self.policy_kwargs
         )
         self.policy = self.policy.to(self.device)
+        if is_recurrent(self.policy) and self.batch_size is not None and self.batch_size % self.n_steps != 0:
+            raise ValueError(
+                f"batch_size ({self.batch_size}) must be a multiple of n_steps ({self.n_steps}) with a recurrent policy: "
+                "its minibatches are whole segments of batch_size // n_steps environments, replayed through the LSTM"
+            )
         self._rollout_buffer = None  # built when first asked for (rollout_buffer)
         self._maybe_recommend_cpu()
         samples = self.n_steps * (self.collector_kwargs.get("envs_per_worker", 1) if self.collector == "ray" else self.n_envs)
@@ -259,7 +265,7 @@ class VTraceActorCritic(OnPolicySegmentMixin, OnPolicyAlgorithm):
             bootstrap_values, final_values = batch.bootstrap_values(policy)
             if recompute_values:
                 with th.no_grad():
-                    values = policy.predict_values(batch.observations).flatten()
+                    values = batch.predict_values(policy)
         rewards, discounts = fold_truncation_bootstrap(
             batch.rewards, batch.terminations, batch.truncations, final_values, self.gamma
         )

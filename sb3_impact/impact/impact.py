@@ -10,12 +10,18 @@ from stable_baselines3.common.utils import FloatSchedule
 
 from sb3_impact.common.collectors import Collector
 from sb3_impact.common.distributions import behaviour_params
-from sb3_impact.common.policy_evaluation import evaluate_policy_and_values
 from sb3_impact.common.segment_loop import frozen_policy_copy
 from sb3_impact.common.training_batch import TrainingBatch
 from sb3_impact.common.vtrace_actor_critic import VTraceActorCritic
 from sb3_impact.impact.loss import ImpactTargets, impact_loss
-from sb3_impact.impact.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
+from sb3_impact.impact.policies import (
+    CnnLstmPolicy,
+    CnnPolicy,
+    MlpLstmPolicy,
+    MlpPolicy,
+    MultiInputLstmPolicy,
+    MultiInputPolicy,
+)
 
 SelfIMPACT = TypeVar("SelfIMPACT", bound="IMPACT")
 
@@ -46,7 +52,8 @@ class IMPACT(VTraceActorCritic):
     from the mean KL(pi_target || pi) measured since the previous one (as RLlib's APPO): x1.5 above twice
     the target, x0.5 below half of it.
 
-    :param policy: The policy model to use (MlpPolicy, CnnPolicy, MultiInputPolicy, or an ActorCriticPolicy subclass)
+    :param policy: The policy model to use (MlpPolicy, CnnPolicy, MultiInputPolicy, their recurrent MlpLstmPolicy,
+        CnnLstmPolicy, MultiInputLstmPolicy, or an ActorCriticPolicy subclass)
     :param env: The environment to learn from (if registered in Gym, can be str)
     :param learning_rate: The learning rate, a constant or a schedule of the remaining progress (1 to 0)
     :param n_steps: Vector steps per collected segment; one batch is ``n_steps * n_envs`` samples
@@ -88,6 +95,9 @@ class IMPACT(VTraceActorCritic):
         "MlpPolicy": MlpPolicy,
         "CnnPolicy": CnnPolicy,
         "MultiInputPolicy": MultiInputPolicy,
+        "MlpLstmPolicy": MlpLstmPolicy,
+        "CnnLstmPolicy": CnnLstmPolicy,
+        "MultiInputLstmPolicy": MultiInputLstmPolicy,
     }
 
     def __init__(
@@ -214,7 +224,7 @@ class IMPACT(VTraceActorCritic):
             minibatch_stats = []
             for indices in batch.minibatch_indices(self.batch_size):  # lines 8-9, one step per minibatch
                 minibatch = batch.minibatch(indices)
-                distribution, values = evaluate_policy_and_values(self.policy, minibatch.observations)
+                distribution, values = batch.evaluate(self.policy, minibatch)
                 loss, stats = impact_loss(
                     distribution,
                     values,
@@ -255,7 +265,7 @@ class IMPACT(VTraceActorCritic):
         value targets (section 3, "V-GAE", with pi_target in the role of pi), kept for all K draws as PPO keeps its GAE.
         """
         assert self._target_policy is not None
-        distribution, values = evaluate_policy_and_values(self._target_policy, batch.observations)
+        distribution, values = batch.evaluate(self._target_policy)
         log_probs = distribution.log_prob(batch.actions)
         value_targets, _ = self._vtrace_targets(batch, values, log_probs, self._target_policy)
         # V-GAE: A_t = sum_i (lambda gamma)^(i-t) (prod_j c_j) delta_i V = v_t - V(x_t); equals GAE on-policy.

@@ -8,11 +8,17 @@ from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 
 from sb3_impact.common.collectors import Collector
-from sb3_impact.common.policy_evaluation import evaluate_policy_and_values
 from sb3_impact.common.training_batch import TrainingBatch
 from sb3_impact.common.vtrace_actor_critic import VTraceActorCritic
 from sb3_impact.impala.loss import ImpalaTargets, impala_loss, impala_value_loss
-from sb3_impact.impala.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
+from sb3_impact.impala.policies import (
+    CnnLstmPolicy,
+    CnnPolicy,
+    MlpLstmPolicy,
+    MlpPolicy,
+    MultiInputLstmPolicy,
+    MultiInputPolicy,
+)
 
 SelfIMPALA = TypeVar("SelfIMPALA", bound="IMPALA")
 
@@ -50,7 +56,8 @@ class IMPALA(VTraceActorCritic):
     leaves far behind on continuous control, and do not move the policy (whose extra passes, without a trust
     region, collapse: docs/algorithms/impala.md). 0, the default, is the paper's update.
 
-    :param policy: The policy model to use (MlpPolicy, CnnPolicy, MultiInputPolicy, or an ActorCriticPolicy subclass)
+    :param policy: The policy model to use (MlpPolicy, CnnPolicy, MultiInputPolicy, their recurrent MlpLstmPolicy,
+        CnnLstmPolicy, MultiInputLstmPolicy, or an ActorCriticPolicy subclass)
     :param env: The environment to learn from (if registered in Gym, can be str)
     :param learning_rate: The learning rate, a constant or a schedule of the remaining progress (1 to 0)
     :param n_steps: Vector steps per collected segment (the unroll length); one batch is ``n_steps * n_envs``
@@ -89,6 +96,9 @@ class IMPALA(VTraceActorCritic):
         "MlpPolicy": MlpPolicy,
         "CnnPolicy": CnnPolicy,
         "MultiInputPolicy": MultiInputPolicy,
+        "MlpLstmPolicy": MlpLstmPolicy,
+        "CnnLstmPolicy": CnnLstmPolicy,
+        "MultiInputLstmPolicy": MultiInputLstmPolicy,
     }
 
     def __init__(
@@ -180,7 +190,7 @@ class IMPALA(VTraceActorCritic):
             minibatch_stats = []
             for indices in minibatches:
                 minibatch = batch.minibatch(indices)
-                distribution, values = evaluate_policy_and_values(self.policy, minibatch.observations)
+                distribution, values = batch.evaluate(self.policy, minibatch)
                 log_prob = distribution.log_prob(minibatch.actions)
                 entropy = distribution.entropy()
                 if pass_targets is None:  # the paper's single step: the targets with the current policy as pi
@@ -209,7 +219,7 @@ class IMPALA(VTraceActorCritic):
                 value_targets = self._pass_targets(batch)
                 value_losses = []
                 for indices in batch.minibatch_indices(self.value_batch_size):
-                    values = self.policy.predict_values(batch.minibatch(indices).observations).flatten()
+                    values = batch.predict_values(self.policy, batch.minibatch(indices))
                     value_loss = impala_value_loss(values, value_targets[indices])
                     self.policy.optimizer.zero_grad()
                     (self.vf_coef * value_loss).backward()
@@ -228,7 +238,7 @@ class IMPALA(VTraceActorCritic):
     @th.no_grad()
     def _pass_targets(self, batch: TrainingBatch) -> ImpalaTargets:
         """V-trace targets of the whole batch, with the policy at the start of the pass as pi."""
-        distribution, values = evaluate_policy_and_values(self.policy, batch.observations)
+        distribution, values = batch.evaluate(self.policy)
         return ImpalaTargets(*self._vtrace_targets(batch, values, distribution.log_prob(batch.actions), self.policy))
 
     def dump_logs(self, iteration: int = 0) -> None:

@@ -25,6 +25,7 @@ from sb3_impact.common.observations import (
     stack_observations,
 )
 from sb3_impact.common.policy_evaluation import final_observation_values, segment_values
+from sb3_impact.common.recurrent import refuse_recurrent_policy
 from sb3_impact.common.refer import annealed_c_max, annealed_lr_factor, check_refer_parameters, update_beta
 from sb3_impact.common.segment_loop import SegmentLoopMixin
 from sb3_impact.common.segments import Segment
@@ -170,6 +171,7 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
         _init_setup_model: bool = True,
     ) -> None:
         self.refer_rules = check_refer_parameters(refer_c, refer_a, refer_d, refer_rules)
+        refuse_recurrent_policy(policy, "VRACER")
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         if buffer_size < batch_size:

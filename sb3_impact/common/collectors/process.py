@@ -71,7 +71,7 @@ def _collect_in_child(
         np.random.seed(seed % 2**32)
         random.seed(seed)
         sampler.env.seed(seed)
-        sampler.last_observation = sampler.env.reset()
+        sampler.restart(sampler.env.reset())
         segments_started = 0
         while not stop.is_set():
             if not credits.acquire(timeout=0.05):
@@ -177,16 +177,13 @@ class ProcessCollector(Collector):
     def _allocate_slots(self) -> SegmentSlots:
         """
         The ring of ``queue_size`` shared slots, laid out from the learner's last observation and one draw of the
-        sampling policy on it (under a forked random state: the learner's generators do not move).
+        sampling policy on it (:meth:`SegmentSampler.draw_once`: the learner's generators do not move).
         """
         sampler = self.sampler
         observation = sampler.last_observation
         if observation is None:
             observation = sampler.env.reset()
-        with th.random.fork_rng(devices=[]):
-            if getattr(sampler.policy, "use_sde", False):
-                sampler.policy.reset_noise(sampler.env.num_envs)
-            actions, log_probs, params = sampler._act(observation)
+        actions, log_probs, params = sampler.draw_once(observation)
         return SegmentSlots(
             self.queue_size,
             sampler.n_steps,

@@ -9,6 +9,7 @@ import gymnasium as gym
 import numpy as np
 import torch as th
 from gymnasium import spaces
+from sb3_contrib.common.recurrent.type_aliases import RNNStates
 from stable_baselines3.common.policies import BasePolicy
 from stable_baselines3.common.vec_env import VecEnv, unwrap_vec_normalize
 
@@ -24,6 +25,7 @@ from sb3_impact.common.observations import (
     check_finite_step,
     stack_observations,
 )
+from sb3_impact.common.recurrent import is_recurrent, lstm_states_to_numpy, recurrent_forward, zero_lstm_states
 from sb3_impact.common.segments import Segment
 
 
@@ -49,7 +51,9 @@ class SegmentSampler:
     ``ActorCriticPolicy`` is sampled through its distribution (flat actions, as SB3's), and Box actions are
     reshaped to the action space's shape and clipped to it before the env sees them; a policy with its own
     ``sample_behaviour(obs_tensor)`` (``actions, log_probs, params``) and ``env_actions(actions)`` (V-RACER's)
-    is sampled through those.
+    is sampled through those. A recurrent policy (sb3-contrib's ``RecurrentActorCriticPolicy``) is stepped with
+    its LSTM states, carried from step to step and segment to segment and zeroed at episode starts; each segment
+    records the states it started from and its episode starts (:mod:`~sb3_impact.common.recurrent`).
     A NaN or infinite observation or reward, or final observation of a truncation (bootstrapped from), raises
     ``ValueError`` naming the environment index.
     """
@@ -63,6 +67,9 @@ class SegmentSampler:
         env_source: str | Callable[[], gym.Env] | None = None,
     ) -> None:
         self.env = env
+        # A recurrent policy's LSTM states before the next step, and which observations start an episode.
+        self.lstm_states: RNNStates | None = None
+        self.episode_starts = np.ones(env.num_envs, dtype=bool)
         # The environment id or factory ``env`` was built from: remote collectors build their own from it.
         self.env_source = env_source
         self.policy = policy
@@ -93,6 +100,31 @@ class SegmentSampler:
         self._samples_behaviour = isinstance(policy, BehaviourSamplingPolicy)
         self._records_values = self._samples_behaviour and callable(getattr(policy, "sample_behaviour_and_values", None))
         self._samples_diag_gaussian = samples_plain_diag_gaussian(policy)
+        self._recurrent = is_recurrent(policy)
+        if self._recurrent and self.lstm_states is None:
+            self.lstm_states = zero_lstm_states(policy, self.env.num_envs)  # type: ignore[arg-type]
+
+    def restart(self, observation: Observation) -> None:
+        """Go on from ``observation`` of freshly reset environments (every environment starts an episode)."""
+        self.last_observation = observation
+        self.episode_starts = np.ones(self.env.num_envs, dtype=bool)
+
+    @th.no_grad()
+    def draw_once(self, observation: Observation) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """
+        One draw of the policy on ``observation`` (actions, log-probabilities, distribution parameters, as a
+        segment records them) that leaves the sampler, its LSTM states and the random generators as they were:
+        what a collector lays its shared memory out from.
+        """
+        lstm_states = self.lstm_states
+        try:
+            with th.random.fork_rng(devices=[]):
+                if getattr(self.policy, "use_sde", False):
+                    self.policy.reset_noise(self.env.num_envs)
+                actions, log_probs, params, _ = self._act_and_value(observation)
+        finally:
+            self.lstm_states = lstm_states
+        return actions, log_probs, params
 
     def load_weights(self, state_dict: dict[str, th.Tensor], version: int) -> None:
         """Replace the sampling policy's weights by a learner broadcast."""
@@ -100,16 +132,19 @@ class SegmentSampler:
         self.policy_version = version
 
     @th.no_grad()
-    def _act(self, observation: Observation) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        actions, log_probs, params, _ = self._act_and_value(observation)
-        return actions, log_probs, params
-
-    @th.no_grad()
     def _act_and_value(self, observation: Observation) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
         """The step's actions, log-probabilities and distribution parameters, and ``V(s)`` where the policy gives it."""
         obs_tensor, _ = self.policy.obs_to_tensor(observation)
         values = None
-        if self._records_values:
+        if self._recurrent:  # one step through the LSTMs; the states move on
+            episode_starts = th.as_tensor(self.episode_starts, dtype=th.float32, device=self.policy.device).view(1, -1)
+            output = recurrent_forward(self.policy, obs_tensor, self.lstm_states, episode_starts)  # type: ignore[arg-type]
+            self.lstm_states = output.states
+            distribution = self.policy._get_action_dist_from_latent(output.latent_pi)  # type: ignore[attr-defined]
+            actions = distribution.get_actions(deterministic=False)
+            log_probs = distribution.log_prob(actions)
+            params = behaviour_params(distribution)
+        elif self._records_values:
             actions, log_probs, params, values = self.policy.sample_behaviour_and_values(obs_tensor)  # type: ignore[attr-defined]
         elif self._samples_behaviour:
             actions, log_probs, params = self.policy.sample_behaviour(obs_tensor)
@@ -143,6 +178,8 @@ class SegmentSampler:
         observations, actions, rewards, terminations, truncations = [], [], [], [], []
         log_probs, params, infos, original_rewards, values = [], [], [], [], []
         final_observations, final_indices = [], []
+        initial_lstm_states = None if self.lstm_states is None else lstm_states_to_numpy(self.lstm_states)
+        episode_starts = []
         if self.policy.training:  # a full set_training_mode walks every module: a cost at one-step segments
             self.policy.set_training_mode(False)
         use_sde = bool(getattr(self.policy, "use_sde", False))
@@ -153,6 +190,7 @@ class SegmentSampler:
                 raise CollectionInterrupted
             if use_sde and self.sde_sample_freq > 0 and step % self.sde_sample_freq == 0:
                 self.policy.reset_noise(self.env.num_envs)
+            episode_starts.append(self.episode_starts)
             step_actions, step_log_probs, step_params, step_values = self._act_and_value(self.last_observation)
             new_observation, step_rewards, dones, step_infos = self.env.step(self._env_actions(step_actions))
             self.sampled_steps += self.env.num_envs
@@ -184,6 +222,7 @@ class SegmentSampler:
             if self._vec_normalize is not None:
                 original_rewards.append(np.asarray(self._vec_normalize.get_original_reward(), dtype=np.float32))
             self.last_observation = new_observation
+            self.episode_starts = np.asarray(dones, dtype=bool)
 
         extras: dict[str, Any] = {}
         if original_rewards:
@@ -206,4 +245,6 @@ class SegmentSampler:
             collect_seconds=time.perf_counter() - start,
             extras=extras,
             env_ids=self.env_ids,
+            episode_starts=np.stack(episode_starts) if self._recurrent else None,
+            lstm_states=initial_lstm_states if self._recurrent else None,
         )

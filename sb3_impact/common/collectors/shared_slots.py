@@ -168,6 +168,9 @@ class SegmentSlots:
             "extras": extras,
             "env_ids": segment.env_ids,
             "envs_reset": segment.envs_reset,
+            # A recurrent policy's initial LSTM states and episode starts: small arrays, no observation.
+            "episode_starts": segment.episode_starts,
+            "lstm_states": segment.lstm_states,
         }
 
     def read(self, slot: int, message: dict[str, Any]) -> Segment:
@@ -201,6 +204,8 @@ class SegmentSlots:
             extras=extras,
             env_ids=message["env_ids"],
             envs_reset=message["envs_reset"],
+            episode_starts=message["episode_starts"],
+            lstm_states=message["lstm_states"],
             **{name: views[name].copy() for name in STEP_FIELDS},
         )
 
