@@ -241,3 +241,37 @@ def test_collect_rollouts_refuses_a_recurrent_policy():
     callback.init_callback(model)
     with pytest.raises(ValueError, match="holds no LSTM state"):
         model.collect_rollouts(model.env, callback, model.rollout_buffer, 8)
+
+
+@pytest.mark.parametrize("n_layers", [1, 2])
+def test_packed_pieces_equal_a_step_by_step_lstm_with_resets_and_kept_states(n_layers):
+    from sb3_impact.common.recurrent import lstm_sequence
+
+    th.manual_seed(0)
+    lstm = th.nn.LSTM(3, 5, num_layers=n_layers)
+    n_steps, n_envs = 9, 4
+    features = th.randn(n_steps, n_envs, 3)
+    state = (th.randn(n_layers, n_envs, 5), th.randn(n_layers, n_envs, 5))
+    starts = (th.rand(n_steps, n_envs) < 0.25).float()
+    starts[0, 0], starts[4, 1], starts[8, 3], starts[1, 2], starts[6, 3] = 1.0, 1.0, 1.0, 1.0, 1.0
+    keep_after = np.array([[0, 2], [3, 1], [8, 0], [5, 3], [8, 2]])  # episode ends (before a start) or the last step
+    output, final, kept = lstm_sequence(lstm, features, state, starts, keep_after)
+    # The reference: one step at a time, zeroing the state before each episode start.
+    hidden, cell = state
+    outputs, after = [], []
+    for step in range(n_steps):
+        mask = (1.0 - starts[step]).view(1, -1, 1)
+        step_output, (hidden, cell) = lstm(features[step : step + 1], (mask * hidden, mask * cell))
+        outputs.append(step_output)
+        after.append((hidden, cell))
+    th.testing.assert_close(output, th.cat(outputs), atol=1e-6, rtol=0)
+    th.testing.assert_close(final[0], hidden, atol=1e-6, rtol=0)
+    th.testing.assert_close(final[1], cell, atol=1e-6, rtol=0)
+    for row, (step, env) in enumerate(keep_after):
+        th.testing.assert_close(kept[0][:, row], after[step][0][:, env], atol=1e-6, rtol=0)
+        th.testing.assert_close(kept[1][:, row], after[step][1][:, env], atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="must end an episode"):
+        lstm_sequence(lstm, features, state, starts * (th.arange(n_steps) != 3).float().view(-1, 1), np.array([[2, 0]]))
+    # Gradients flow through the packed pieces as through the steps.
+    output.sum().backward()
+    assert all(parameter.grad is not None and th.isfinite(parameter.grad).all() for parameter in lstm.parameters())

@@ -97,26 +97,60 @@ def lstm_sequence(
     features: th.Tensor,
     state: LSTMState,
     episode_starts: th.Tensor,
-    keep_steps: tuple[int, ...] = (),
-) -> tuple[th.Tensor, LSTMState, dict[int, LSTMState]]:
+    keep_after: np.ndarray | None = None,
+) -> tuple[th.Tensor, LSTMState, LSTMState | None]:
     """
     ``lstm`` over ``features`` ``[T, B, F]`` from ``state``, the state zeroed before each observation whose
-    ``episode_starts`` ``[T, B]`` is 1 (as RecurrentPPO's ``_process_sequence``, in time-major order). Returns the
-    outputs ``[T, B, H]``, the state after the last step, and the state after each step in ``keep_steps``.
+    ``episode_starts`` ``[T, B]`` is 1 (RecurrentPPO's ``_process_sequence``, time-major). Returns the outputs
+    ``[T, B, H]``, the state after the last step, and the state after each ``(step, env)`` of ``keep_after``
+    (``[K, 2]``; states ``[layers, K, H]``), or None without it.
+
+    Without a reset inside, one call. Otherwise each column is cut into its episodes' pieces (and after each
+    ``keep_after`` step), which run as one packed batch of sequences: the pieces that start an episode from zero
+    states, each column's first piece from ``state``; a piece's last state is its column's state after its last step.
     """
-    kept: dict[int, LSTMState] = {}
-    if not keep_steps and not bool((episode_starts[1:] != 0).any()):  # no reset inside: one call
-        keep = (1.0 - episode_starts[0]).view(1, -1, 1)
-        output, state = lstm(features, (keep * state[0], keep * state[1]))
+    n_steps, n_envs = episode_starts.shape
+    keep = (1.0 - episode_starts[0]).view(1, -1, 1)
+    state = (keep * state[0], keep * state[1])
+    cuts = episode_starts.detach().cpu().numpy() != 0
+    cuts[0] = True  # every column's first piece starts at step 0
+    if keep_after is not None and len(keep_after):
+        inside = keep_after[keep_after[:, 0] + 1 < n_steps]
+        if not cuts[inside[:, 0] + 1, inside[:, 1]].all():
+            raise ValueError("keep_after: each (step, env) must end an episode or be the last step (a time-limit end)")
+    if not cuts[1:].any():
+        output, state = lstm(features, state)
+        kept = None
+        if keep_after is not None:  # only the last step can be asked for: the final state
+            kept = (state[0][:, keep_after[:, 1]], state[1][:, keep_after[:, 1]])
         return output, state, kept
-    outputs = []
-    for step in range(features.shape[0]):
-        keep = (1.0 - episode_starts[step]).view(1, -1, 1)
-        output, state = lstm(features[step : step + 1], (keep * state[0], keep * state[1]))
-        outputs.append(output)
-        if step in keep_steps:
-            kept[step] = state
-    return th.cat(outputs), state, kept
+
+    # Pieces in column order: (env, start), their lengths up to the next cut of their column or the end.
+    piece_envs, piece_starts = np.nonzero(cuts.T)
+    next_starts = np.append(piece_starts[1:], n_steps)
+    last_of_column = np.append(piece_envs[1:] != piece_envs[:-1], True)
+    lengths = np.where(last_of_column, n_steps, next_starts) - piece_starts
+    offsets = np.arange(int(lengths.max()))
+    steps = np.minimum(piece_starts[None, :] + offsets[:, None], n_steps - 1)  # [max length, pieces], padding clipped
+    padded = features[th.as_tensor(steps), th.as_tensor(piece_envs)[None, :]]
+    first = th.as_tensor(piece_starts == 0, dtype=features.dtype, device=features.device).view(1, -1, 1)
+    columns = th.as_tensor(piece_envs, device=features.device)
+    initial = (state[0][:, columns] * first, state[1][:, columns] * first)
+    packed = nn.utils.rnn.pack_padded_sequence(padded, th.as_tensor(lengths), enforce_sorted=False)
+    packed_output, (hidden, cell) = lstm(packed, initial)
+    padded_output, _ = nn.utils.rnn.pad_packed_sequence(packed_output, total_length=len(offsets))
+    # Back to [T, B]: step t of column e is offset t - start of its piece.
+    piece_of = np.cumsum(cuts.T.reshape(-1)).reshape(n_envs, n_steps).T - 1  # [T, B] piece index
+    offset_of = np.arange(n_steps)[:, None] - piece_starts[piece_of]
+    flat = th.as_tensor((offset_of * len(piece_envs) + piece_of).reshape(-1), device=features.device)
+    output = padded_output.reshape(-1, padded_output.shape[-1])[flat].reshape(n_steps, n_envs, -1)
+    last_pieces = th.as_tensor(np.flatnonzero(last_of_column), device=features.device)
+    final_state = (hidden[:, last_pieces], cell[:, last_pieces])
+    kept = None
+    if keep_after is not None:  # the piece that ends at (step, env) holds the state after that step
+        ending = th.as_tensor(piece_of[keep_after[:, 0], keep_after[:, 1]], device=features.device)
+        kept = (hidden[:, ending], cell[:, ending])
+    return output, final_state, kept
 
 
 class RecurrentOutput(NamedTuple):
@@ -125,7 +159,7 @@ class RecurrentOutput(NamedTuple):
     latent_pi: th.Tensor | None  # None when only the critic was asked for
     latent_vf: th.Tensor
     states: RNNStates  # after the last step
-    kept_states: dict[int, RNNStates]  # after each step of keep_steps
+    kept_states: RNNStates | None  # after each (step, env) of keep_after, [layers, K, H]
 
 
 def recurrent_forward(
@@ -135,7 +169,7 @@ def recurrent_forward(
     episode_starts: th.Tensor,
     *,
     actor: bool = True,
-    keep_steps: tuple[int, ...] = (),
+    keep_after: np.ndarray | None = None,
 ) -> RecurrentOutput:
     """
     The recurrent policy over ``T`` steps of ``B`` environments: ``observations`` flat time-major ``[T * B, ...]``,
@@ -151,17 +185,17 @@ def recurrent_forward(
         return tensor.reshape(n_steps, n_envs, -1)
 
     pi_states, vf_states = states.pi, states.vf
-    kept_pi: dict[int, LSTMState] = {}
-    kept_vf: dict[int, LSTMState] = {}
+    kept_pi: LSTMState | None = None
+    kept_vf: LSTMState | None = None
     latent_pi = None
     if actor or policy.shared_lstm:
         output, pi_states, kept_pi = lstm_sequence(
-            policy.lstm_actor, sequence(pi_features), states.pi, episode_starts, keep_steps
+            policy.lstm_actor, sequence(pi_features), states.pi, episode_starts, keep_after
         )
         latent_pi = output.reshape(n_steps * n_envs, -1)
     if policy.lstm_critic is not None:
         output, vf_states, kept_vf = lstm_sequence(
-            policy.lstm_critic, sequence(vf_features), states.vf, episode_starts, keep_steps
+            policy.lstm_critic, sequence(vf_features), states.vf, episode_starts, keep_after
         )
         latent_vf = output.reshape(n_steps * n_envs, -1)
     elif policy.shared_lstm:  # the actor's LSTM, without gradient into it from the value loss
@@ -173,7 +207,10 @@ def recurrent_forward(
         latent_vf = policy.critic(vf_features)
         vf_states = pi_states
         kept_vf = kept_pi
-    kept = {step: RNNStates(kept_pi.get(step, pi_states), kept_vf.get(step, vf_states)) for step in keep_steps}
+    kept = None
+    if keep_after is not None:  # a part that did not run (the actor, a critic without LSTM) gets zeros: unused
+        zeros = th.zeros((states.pi[0].shape[0], len(keep_after), states.pi[0].shape[2]), device=states.pi[0].device)
+        kept = RNNStates(kept_pi or (zeros, zeros), kept_vf or (zeros, zeros))
     return RecurrentOutput(
         None if latent_pi is None or not actor else policy.mlp_extractor.forward_actor(latent_pi),
         policy.mlp_extractor.forward_critic(latent_vf),

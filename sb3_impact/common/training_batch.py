@@ -151,15 +151,14 @@ class TrainingBatch:
         time-limit end ``(t, env)``, from the states after step ``t`` (the episode goes on into it).
         """
         assert self.lstm_states is not None and self.episode_starts is not None
-        indices = self.final_observation_indices
-        keep_steps = tuple(sorted({int(step) for step in indices[:, 0].tolist()})) if len(indices) else ()
+        indices = self.final_observation_indices.cpu().numpy()
         replay = recurrent_forward(
-            policy,
+            policy,  # type: ignore[arg-type]
             self.observations,
             self.lstm_states,
             self.episode_starts,
             actor=False,
-            keep_steps=keep_steps,  # type: ignore[arg-type]
+            keep_after=indices if len(indices) else None,
         )
         ended = (self.terminations[-1] | self.truncations[-1]).float().view(1, -1)
         after = recurrent_forward(
@@ -171,20 +170,11 @@ class TrainingBatch:
         )
         parts = [policy.value_net(after.latent_vf).flatten()]
         if len(indices):
-            steps, envs = indices[:, 0].tolist(), indices[:, 1]
-
-            def gather(position: int) -> tuple[th.Tensor, th.Tensor]:
-                pairs = [replay.kept_states[step] for step in steps]
-                return (
-                    th.stack([states.pi[position][:, env] for states, env in zip(pairs, envs, strict=True)], dim=1),
-                    th.stack([states.vf[position][:, env] for states, env in zip(pairs, envs, strict=True)], dim=1),
-                )
-
-            (pi_hidden, vf_hidden), (pi_cell, vf_cell) = gather(0), gather(1)
+            assert replay.kept_states is not None
             final = recurrent_forward(
                 policy,  # type: ignore[arg-type]
                 index_observation(self.bootstrap_observations, slice(self.n_envs, None)),
-                RNNStates((pi_hidden, pi_cell), (vf_hidden, vf_cell)),
+                replay.kept_states,
                 th.zeros(1, len(indices), device=self.rewards.device),
                 actor=False,
             )
