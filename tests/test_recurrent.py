@@ -275,3 +275,20 @@ def test_packed_pieces_equal_a_step_by_step_lstm_with_resets_and_kept_states(n_l
     # Gradients flow through the packed pieces as through the steps.
     output.sum().backward()
     assert all(parameter.grad is not None and th.isfinite(parameter.grad).all() for parameter in lstm.parameters())
+
+
+def test_recurrent_eval_and_checkpoint_callbacks(tmp_path):
+    from stable_baselines3.common.callbacks import CheckpointCallback, EvalCallback
+
+    model = IMPACT(
+        "MlpLstmPolicy", "CartPole-v1", n_steps=8, policy_kwargs=SMALL_LSTM, seed=0, device="cpu", collector="thread"
+    )
+    evaluation = EvalCallback(
+        make_vec_env("CartPole-v1", n_envs=1, seed=1), eval_freq=32, n_eval_episodes=2, log_path=str(tmp_path), verbose=0
+    )
+    checkpoint = CheckpointCallback(save_freq=32, save_path=str(tmp_path), name_prefix="recurrent")
+    model.learn(96, callback=[evaluation, checkpoint])
+    assert len(evaluation.evaluations_results) == 3 and all(len(results) == 2 for results in evaluation.evaluations_results)
+    saved = sorted(tmp_path.glob("recurrent_*_steps.zip"))
+    assert len(saved) == 3
+    assert isinstance(IMPACT.load(saved[-1], device="cpu").policy, RecurrentActorCriticPolicy)
