@@ -11,7 +11,7 @@ from sb3_contrib.common.recurrent.type_aliases import RNNStates
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.evaluation import evaluate_policy
 
-from sb3_impact import IMPACT, IMPALA, PPOAMBER, PTRPPO, VRACER
+from sb3_impact import IMPACT, IMPALA, PPOAMBER, PTRPPO, VRACER, SACReFER, TD3ReFER
 from sb3_impact.common.collectors.sampler import SegmentSampler
 from sb3_impact.common.recurrent import constructor_parameters
 from sb3_impact.common.segment_loop import frozen_policy_copy
@@ -217,7 +217,7 @@ def test_recurrent_ppo_and_impact_agree_on_the_policy_api():
     assert [tuple(p.shape) for p in ours.policy.parameters()] == [tuple(p.shape) for p in theirs.policy.parameters()]
 
 
-@pytest.mark.parametrize("algo", [PPOAMBER, PTRPPO, VRACER])
+@pytest.mark.parametrize("algo", [PPOAMBER, PTRPPO, VRACER, SACReFER, TD3ReFER])
 @pytest.mark.parametrize("policy", ["MlpLstmPolicy", RecurrentActorCriticPolicy])
 def test_algorithms_without_recurrent_policies_refuse_them_at_construction(algo, policy):
     with pytest.raises(ValueError, match="does not support recurrent policies"):
@@ -225,8 +225,20 @@ def test_algorithms_without_recurrent_policies_refuse_them_at_construction(algo,
 
 
 def test_recurrent_batch_size_must_be_whole_segments():
-    with pytest.raises(ValueError, match="multiple of n_steps"):
+    with pytest.raises(ValueError, match=r"batch_size \(12\) must be a multiple of n_steps"):
         IMPACT("MlpLstmPolicy", "CartPole-v1", n_steps=8, batch_size=12, policy_kwargs=SMALL_LSTM, device="cpu")
+    with pytest.raises(ValueError, match=r"value_batch_size \(12\) must be a multiple of n_steps"):
+        IMPALA("MlpLstmPolicy", "CartPole-v1", n_steps=8, n_value_epochs=1, value_batch_size=12, policy_kwargs=SMALL_LSTM)
+    IMPALA("MlpLstmPolicy", "CartPole-v1", n_steps=8, n_value_epochs=0, value_batch_size=12, policy_kwargs=SMALL_LSTM)
+
+
+def test_lstm_dropout_counts_as_a_mode_dependent_layer():
+    from sb3_impact.common.modes import has_mode_dependent_layers
+
+    kwargs = dict(n_lstm_layers=2, lstm_hidden_size=8, net_arch=[8])
+    assert not has_mode_dependent_layers(IMPALA("MlpLstmPolicy", "CartPole-v1", policy_kwargs=kwargs).policy)
+    with_dropout = dict(kwargs, lstm_kwargs=dict(dropout=0.5))
+    assert has_mode_dependent_layers(IMPALA("MlpLstmPolicy", "CartPole-v1", policy_kwargs=with_dropout).policy)
 
 
 def test_collect_rollouts_refuses_a_recurrent_policy():

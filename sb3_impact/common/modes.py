@@ -14,8 +14,14 @@ MODE_DEPENDENT_LAYERS = (_BatchNorm, _InstanceNorm, _DropoutNd, nn.RReLU)
 
 
 def has_mode_dependent_layers(module: nn.Module) -> bool:
-    """Whether ``module`` holds a layer that computes differently in training and in evaluation mode."""
-    return any(isinstance(layer, MODE_DEPENDENT_LAYERS) for layer in module.modules())
+    """
+    Whether ``module`` holds a layer that computes differently in training and in evaluation mode (a recurrent layer
+    with ``dropout`` between its layers included).
+    """
+    return any(
+        isinstance(layer, MODE_DEPENDENT_LAYERS) or (isinstance(layer, nn.RNNBase) and layer.dropout > 0)
+        for layer in module.modules()
+    )
 
 
 @contextmanager

@@ -122,7 +122,8 @@ def lstm_sequence(
         output, state = lstm(features, state)
         kept = None
         if keep_after is not None:  # only the last step can be asked for: the final state
-            kept = (state[0][:, keep_after[:, 1]], state[1][:, keep_after[:, 1]])
+            envs = th.as_tensor(keep_after[:, 1], device=features.device)
+            kept = (state[0][:, envs], state[1][:, envs])
         return output, state, kept
 
     # Pieces in column order: (env, start), their lengths up to the next cut of their column or the end.
@@ -132,9 +133,10 @@ def lstm_sequence(
     lengths = np.where(last_of_column, n_steps, next_starts) - piece_starts
     offsets = np.arange(int(lengths.max()))
     steps = np.minimum(piece_starts[None, :] + offsets[:, None], n_steps - 1)  # [max length, pieces], padding clipped
-    padded = features[th.as_tensor(steps), th.as_tensor(piece_envs)[None, :]]
-    first = th.as_tensor(piece_starts == 0, dtype=features.dtype, device=features.device).view(1, -1, 1)
-    columns = th.as_tensor(piece_envs, device=features.device)
+    device = features.device
+    padded = features[th.as_tensor(steps, device=device), th.as_tensor(piece_envs, device=device)[None, :]]
+    first = th.as_tensor(piece_starts == 0, dtype=features.dtype, device=device).view(1, -1, 1)
+    columns = th.as_tensor(piece_envs, device=device)
     initial = (state[0][:, columns] * first, state[1][:, columns] * first)
     packed = nn.utils.rnn.pack_padded_sequence(padded, th.as_tensor(lengths), enforce_sorted=False)
     packed_output, (hidden, cell) = lstm(packed, initial)
@@ -142,13 +144,13 @@ def lstm_sequence(
     # Back to [T, B]: step t of column e is offset t - start of its piece.
     piece_of = np.cumsum(cuts.T.reshape(-1)).reshape(n_envs, n_steps).T - 1  # [T, B] piece index
     offset_of = np.arange(n_steps)[:, None] - piece_starts[piece_of]
-    flat = th.as_tensor((offset_of * len(piece_envs) + piece_of).reshape(-1), device=features.device)
+    flat = th.as_tensor((offset_of * len(piece_envs) + piece_of).reshape(-1), device=device)
     output = padded_output.reshape(-1, padded_output.shape[-1])[flat].reshape(n_steps, n_envs, -1)
-    last_pieces = th.as_tensor(np.flatnonzero(last_of_column), device=features.device)
+    last_pieces = th.as_tensor(np.flatnonzero(last_of_column), device=device)
     final_state = (hidden[:, last_pieces], cell[:, last_pieces])
     kept = None
     if keep_after is not None:  # the piece that ends at (step, env) holds the state after that step
-        ending = th.as_tensor(piece_of[keep_after[:, 0], keep_after[:, 1]], device=features.device)
+        ending = th.as_tensor(piece_of[keep_after[:, 0], keep_after[:, 1]], device=device)
         kept = (hidden[:, ending], cell[:, ending])
     return output, final_state, kept
 

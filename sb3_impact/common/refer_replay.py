@@ -37,6 +37,7 @@ from stable_baselines3.common.type_aliases import MaybeCallback
 from stable_baselines3.common.vec_env import VecNormalize
 
 from sb3_impact.common.observations import check_finite_final_observations, check_finite_step
+from sb3_impact.common.recurrent import refuse_recurrent_policy
 from sb3_impact.common.refer import (
     annealed_c_max,
     check_refer_parameters,
@@ -262,6 +263,7 @@ class ReFERMixin(ABC):
         learner_threads: int | None = DEFAULT_LEARNER_THREADS,
         **kwargs: Any,
     ):
+        refuse_recurrent_policy(policy, type(self).__name__)
         check_refer_compatible(type(self).__name__, kwargs, self.refused_arguments)
         self.refer_rules = check_refer_parameters(refer_c, refer_a, refer_d, refer_rules)
         self.refer_c = refer_c

@@ -8,6 +8,7 @@ from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 
 from sb3_impact.common.collectors import Collector
+from sb3_impact.common.recurrent import is_recurrent
 from sb3_impact.common.training_batch import TrainingBatch
 from sb3_impact.common.vtrace_actor_critic import VTraceActorCritic
 from sb3_impact.impala.loss import ImpalaTargets, impala_loss, impala_value_loss
@@ -172,6 +173,12 @@ class IMPALA(VTraceActorCritic):
         _check_passes(self.n_epochs, self.n_value_epochs, self.value_batch_size)
         self.max_batch_reuse = self.n_epochs
         super()._setup_model()
+        if is_recurrent(self.policy) and self.n_value_epochs > 0 and self.value_batch_size is not None:
+            if self.value_batch_size % self.n_steps != 0:
+                raise ValueError(
+                    f"value_batch_size ({self.value_batch_size}) must be a multiple of n_steps ({self.n_steps}) with a "
+                    "recurrent policy: its value minibatches are whole segments of value_batch_size // n_steps environments"
+                )
 
     def train(self) -> None:
         """

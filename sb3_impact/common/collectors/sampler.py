@@ -222,7 +222,7 @@ class SegmentSampler:
             if self._vec_normalize is not None:
                 original_rewards.append(np.asarray(self._vec_normalize.get_original_reward(), dtype=np.float32))
             self.last_observation = new_observation
-            self.episode_starts = np.asarray(dones, dtype=bool)
+            self.episode_starts = np.array(dones, dtype=bool)  # a copy: a VecEnv may reuse its array
 
         extras: dict[str, Any] = {}
         if original_rewards:
