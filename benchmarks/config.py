@@ -239,3 +239,32 @@ def make_training_env(
         kwargs = eval(normalize) if isinstance(normalize, str) else (normalize if isinstance(normalize, dict) else {})
         env = VecNormalize(env, **kwargs)
     return env
+
+
+def build_model(
+    algo: str,
+    env_id: str,
+    seed: int,
+    device: str = "cpu",
+    subproc: bool = False,
+    hyperparams: dict[str, Any] | None = None,
+    **overrides: Any,
+) -> Any:
+    """
+    ``algo`` (a name or a variant) on a training env of ``env_id`` built as the yml entry says (:func:`make_training_env`),
+    with ``hyperparams`` (default: the yml entry with the variant's values, :func:`load_zoo_hyperparams`) updated by
+    ``overrides``: the one way the benchmarks build a model.
+    """
+    if hyperparams is None:
+        hyperparams = load_zoo_hyperparams(algo, env_id)
+    env_params, kwargs = split_env_params({**hyperparams, **overrides})
+    env = make_training_env(
+        env_id,
+        int(env_params.get("n_envs", 1)),
+        seed,
+        env_params.get("normalize", False),
+        subproc,
+        env_wrapper=env_params.get("env_wrapper"),
+        frame_stack=env_params.get("frame_stack"),
+    )
+    return algo_class(algo)(env_params.get("policy", "MlpPolicy"), env, seed=seed, device=device, **kwargs)

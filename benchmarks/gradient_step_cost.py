@@ -32,10 +32,8 @@ import torch as th
 from torch.utils.flop_counter import FlopCounterMode
 
 from benchmarks.config import (
-    algo_class,
+    build_model,
     load_zoo_hyperparams,
-    make_training_env,
-    split_env_params,
     split_variant,
     validate_names,
 )
@@ -67,12 +65,10 @@ def blas_threads(threads: int) -> contextlib.AbstractContextManager:
 def build_filled_model(algo: str, env_id: str, memory_steps: int, seed: int) -> Any:
     """The algo with its yml hyperparameters, its replay memory filled with ``memory_steps`` steps and no update."""
     params = load_zoo_hyperparams(algo, env_id)
-    env_params, kwargs = split_env_params(params)
-    kwargs["learning_starts"] = memory_steps
-    if "buffer_size" in kwargs:
-        kwargs["buffer_size"] = max(int(kwargs["buffer_size"]), memory_steps)
-    env = make_training_env(env_id, int(env_params.get("n_envs", 1)), seed, normalize=env_params.get("normalize", False))
-    model = algo_class(algo)(env_params.get("policy", "MlpPolicy"), env, seed=seed, device="cpu", **kwargs)
+    overrides: dict[str, Any] = {"learning_starts": memory_steps}
+    if "buffer_size" in params:
+        overrides["buffer_size"] = max(int(params["buffer_size"]), memory_steps)
+    model = build_model(algo, env_id, seed, hyperparams=params, **overrides)
     model.learn(memory_steps)
     return model
 

@@ -50,10 +50,7 @@ from stable_baselines3.ppo.ppo import PPO
 
 import sb3_impact
 from benchmarks.config import (
-    algo_class,
-    load_zoo_hyperparams,
-    make_training_env,
-    split_env_params,
+    build_model,
     split_variant,
     validate_names,
 )
@@ -129,11 +126,7 @@ def package_commit() -> str:
 
 
 def measure(algo: str, env_id: str, steps: int, seed: int, project_steps: int) -> dict[str, Any]:
-    base, overrides = split_variant(algo)
-    env_params, kwargs = split_env_params({**load_zoo_hyperparams(base, env_id), **overrides})
-    wrappers = {"env_wrapper": env_params.get("env_wrapper"), "frame_stack": env_params.get("frame_stack")}
-    env = make_training_env(env_id, int(env_params.get("n_envs", 1)), seed, env_params.get("normalize", False), **wrappers)
-    model = algo_class(algo)(env_params.get("policy", "MlpPolicy"), env, seed=seed, device="cpu", **kwargs)
+    model = build_model(algo, env_id, seed)
     timer = SectionTimer()
     iterations = 0
 
@@ -161,7 +154,7 @@ def measure(algo: str, env_id: str, steps: int, seed: int, project_steps: int) -
         start = time.perf_counter()
         model.learn(steps)
         total = time.perf_counter() - start
-    env.close()
+    model.env.close()
     accounted = sum(seconds for section, seconds in timer.seconds.items() if section in SECTIONS and section != "other")
     section_seconds = {section: timer.seconds.get(section, 0.0) for section in SECTIONS}
     section_seconds["other"] = total - accounted

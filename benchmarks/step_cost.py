@@ -28,10 +28,8 @@ import numpy as np
 import torch as th
 
 from benchmarks.config import (
-    algo_class,
+    build_model,
     load_zoo_hyperparams,
-    make_training_env,
-    split_env_params,
     split_variant,
     validate_names,
 )
@@ -58,13 +56,9 @@ def build(algo: str, env_id: str, seed: int, train: bool, defaults: bool) -> Any
     zoo = load_zoo_hyperparams(base, env_id)
     if defaults:
         zoo = {key: value for key, value in zoo.items() if key in TASK_KEYS}
-    env_params, kwargs = split_env_params({**zoo, **overrides})
     if not train and base in OFF_POLICY:
-        kwargs["learning_starts"] = 0
-    wrappers = {"env_wrapper": env_params.get("env_wrapper"), "frame_stack": env_params.get("frame_stack")}
-    n_envs = int(env_params.get("n_envs", 1))
-    env = make_training_env(env_id, n_envs, seed, env_params.get("normalize", False), **wrappers)
-    model = algo_class(algo)(env_params.get("policy", "MlpPolicy"), env, seed=seed, device="cpu", **kwargs)
+        overrides["learning_starts"] = 0
+    model = build_model(algo, env_id, seed, hyperparams=zoo, **overrides)
     if not train:
         model.train = lambda *args, **kwargs: None  # the instance's train(): no gradient step, nothing else changed
     return model

@@ -32,7 +32,7 @@ import numpy as np
 from stable_baselines3.common.logger import configure
 from tqdm.auto import tqdm
 
-from benchmarks.config import ALGOS, load_zoo_hyperparams, make_training_env, split_env_params, validate_names
+from benchmarks.config import ALGOS, build_model, load_zoo_hyperparams, split_env_params, validate_names
 from benchmarks.output import machine_description, write_json
 from sb3_impact.common.collectors import COLLECTOR_NAMES
 from sb3_impact.common.collectors.base import SyncCollector
@@ -67,16 +67,7 @@ def build(algo: str, env_id: str, seed: int, device: str, subproc: bool = False,
             raise ValueError(f"{algo}/{env_id}: the throughput benchmark runs collector='ray' on plain env ids only")
         params["collector_kwargs"] = {**(params.get("collector_kwargs") or {}), "envs_per_worker": env_params.get("n_envs", 1)}
         return ALGOS[algo](env_params["policy"], env_id, seed=seed, device=device, **params)
-    env = make_training_env(
-        env_id,
-        env_params.get("n_envs", 1),
-        seed,
-        env_params.get("normalize", False),
-        subproc,
-        env_wrapper=env_params.get("env_wrapper"),
-        frame_stack=env_params.get("frame_stack"),
-    )
-    model = ALGOS[algo](env_params["policy"], env, seed=seed, device=device, **params)
+    model = build_model(algo, env_id, seed, device, subproc, hyperparams={**env_params, **params})
     if not isinstance(model, VTraceActorCritic):
         raise ValueError(f"{algo}: the throughput benchmark measures the V-trace learners (IMPACT, IMPALA) only")
     return model
