@@ -304,3 +304,27 @@ def test_recurrent_eval_and_checkpoint_callbacks(tmp_path):
     saved = sorted(tmp_path.glob("recurrent_*_steps.zip"))
     assert len(saved) == 3
     assert isinstance(IMPACT.load(saved[-1], device="cpu").policy, RecurrentActorCriticPolicy)
+
+
+@pytest.mark.parametrize("collector", ["sync", "thread", "process"])
+def test_a_continued_learn_keeps_the_episodes_and_lstm_states_where_its_envs_go_on(collector):
+    model = IMPACT(
+        "MlpLstmPolicy", make_vec_env(random_ends, n_envs=2, seed=0), n_steps=8, collector=collector,
+        policy_kwargs=SMALL_LSTM, seed=0, device="cpu",
+    )  # fmt: skip
+    stored = []
+    original = model._store_segment
+    model._store_segment = lambda segment: (stored.append(segment), original(segment))[1]
+    model.learn(64)
+    first_call = len(stored)
+    model.learn(64, reset_num_timesteps=False)
+    second = stored[first_call]
+    if collector == "process":  # the child stepped its own copy of the envs: the learner's are reset, states zeroed
+        assert second.episode_starts[0].all() and not any(state.any() for state in second.lstm_states)
+    else:  # the same envs go on: RecurrentPPO's learn() keeps its _last_lstm_states the same way
+        assert model._last_obs is not None
+        assert any(state.any() for state in second.lstm_states)  # carried, not zeros
+        if collector == "sync":  # no segment was collected ahead: the last stored one is the last stepped
+            np.testing.assert_array_equal(second.episode_starts[0], stored[first_call - 1].dones[-1])
+    model.learn(16)  # reset_num_timesteps=True: SB3 resets the envs, every environment starts an episode
+    assert stored[-1].episode_starts[0].all()

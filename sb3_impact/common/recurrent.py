@@ -87,6 +87,10 @@ def lstm_states_from_numpy(arrays: SegmentLSTMStates, device: th.device | str) -
     return RNNStates((pi_hidden, pi_cell), (vf_hidden, vf_cell))
 
 
+def states_to_device(states: RNNStates, device: th.device | str) -> RNNStates:
+    return RNNStates(tuple(t.to(device) for t in states.pi), tuple(t.to(device) for t in states.vf))  # type: ignore[arg-type]
+
+
 def select_envs(states: RNNStates, envs: slice | th.Tensor) -> RNNStates:
     """The states of the environments ``envs`` (columns of the ``[layers, B, H]`` states)."""
     return RNNStates((states.pi[0][:, envs], states.pi[1][:, envs]), (states.vf[0][:, envs], states.vf[1][:, envs]))

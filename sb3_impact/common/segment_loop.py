@@ -36,7 +36,7 @@ from sb3_impact.common.collectors import (
 )
 from sb3_impact.common.env_util import close_env_after_failure, is_env_factory
 from sb3_impact.common.policy_evaluation import segment_values
-from sb3_impact.common.recurrent import constructor_parameters, is_recurrent
+from sb3_impact.common.recurrent import constructor_parameters, is_recurrent, states_to_device
 from sb3_impact.common.segments import Segment
 from sb3_impact.common.threads import DEFAULT_LEARNER_THREADS, check_learner_threads, learner_threads
 
@@ -139,7 +139,7 @@ class SegmentLoopMixin(ABC):
 
     def _collection_excluded_save_params(self) -> list[str]:
         """What SB3's save must leave out: the running collector, and a factory that cannot be pickled."""
-        excluded = ["_collector", "_policy_lags"]
+        excluded = ["_collector", "_policy_lags", "_last_lstm_states"]
         if not isinstance(self.worker_env, (str, type(None))):
             try:
                 cloudpickle.dumps(self.worker_env)
@@ -189,6 +189,13 @@ class SegmentLoopMixin(ABC):
         policy = self.policy if collector_type.in_learner_thread else frozen_policy_copy(self.policy, "cpu")
         steps = self._segment_steps() if segment_steps is None else segment_steps
         sampler = SegmentSampler(env, policy, steps, self._last_obs, env_source=self.worker_env)
+        # Episodes that go on from the last learn() call (SB3 resets them unless reset_num_timesteps=False) keep
+        # their episode starts and, with a recurrent policy, their LSTM states (as RecurrentPPO's learn()).
+        last_episode_starts = getattr(self, "_last_episode_starts", None)
+        if last_episode_starts is not None and len(last_episode_starts) == env.num_envs:
+            sampler.episode_starts = np.array(last_episode_starts, dtype=bool)
+            if sampler.lstm_states is not None and getattr(self, "_last_lstm_states", None) is not None:
+                sampler.lstm_states = states_to_device(self._last_lstm_states, policy.device)
         sampler.policy_version = self._n_updates
         sampler.sde_sample_freq = getattr(self, "sde_sample_freq", -1)
         name = resolved_collector_name(self.collector)
@@ -220,6 +227,11 @@ class SegmentLoopMixin(ABC):
             collector.close()
             self._collector = None
             self._last_obs = collector.last_observation
+            # The collector stepped this process's VecEnv (sync, thread): its episodes and LSTM states go on from here.
+            stepped_here = self._last_obs is not None
+            self._last_lstm_states = collector.sampler.lstm_states if stepped_here else None
+            if stepped_here:
+                self._last_episode_starts = collector.sampler.episode_starts
             self.sampled_steps = collector.sampled_steps
             self.dropped_steps = self.sampled_steps - self.trained_steps
             self._broadcast_seconds = collector.broadcast_seconds
