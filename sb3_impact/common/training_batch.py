@@ -17,7 +17,7 @@ from sb3_impact.common.observations import (
     observations_to_tensor,
 )
 from sb3_impact.common.policy_evaluation import evaluate_policy_and_values
-from sb3_impact.common.recurrent import lstm_states_from_numpy, recurrent_forward, select_envs
+from sb3_impact.common.recurrent import RecurrentOutput, lstm_states_from_numpy, recurrent_forward, select_envs
 from sb3_impact.common.segments import Segment
 
 
@@ -107,13 +107,7 @@ class TrainingBatch:
         minibatch = self.minibatch(slice(None)) if minibatch is None else minibatch
         if not self.recurrent:
             return evaluate_policy_and_values(policy, minibatch.observations)
-        assert self.lstm_states is not None and self.episode_starts is not None
-        output = recurrent_forward(
-            policy,  # type: ignore[arg-type]
-            minibatch.observations,
-            select_envs(self.lstm_states, minibatch.envs),
-            self.episode_starts[:, minibatch.envs],
-        )
+        output = self._replay(policy, minibatch, actor=True)
         return policy._get_action_dist_from_latent(output.latent_pi), policy.value_net(output.latent_vf).flatten()
 
     def predict_values(self, policy: ActorCriticPolicy, minibatch: Minibatch | None = None) -> th.Tensor:
@@ -121,15 +115,18 @@ class TrainingBatch:
         minibatch = self.minibatch(slice(None)) if minibatch is None else minibatch
         if not self.recurrent:
             return policy.predict_values(minibatch.observations).flatten()
+        return policy.value_net(self._replay(policy, minibatch, actor=False).latent_vf).flatten()
+
+    def _replay(self, policy: ActorCriticPolicy, minibatch: Minibatch, actor: bool) -> RecurrentOutput:
+        """The recurrent policy over the minibatch's env columns, from their stored LSTM states."""
         assert self.lstm_states is not None and self.episode_starts is not None
-        output = recurrent_forward(
+        return recurrent_forward(
             policy,  # type: ignore[arg-type]
             minibatch.observations,
             select_envs(self.lstm_states, minibatch.envs),
             self.episode_starts[:, minibatch.envs],
-            actor=False,
+            actor=actor,
         )
-        return policy.value_net(output.latent_vf).flatten()
 
     @th.no_grad()
     def bootstrap_values(self, policy: BasePolicy) -> tuple[th.Tensor, th.Tensor]:
