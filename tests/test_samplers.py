@@ -83,6 +83,38 @@ def test_sampled_arguments_build_and_learn(algo, env_id):
         study.tell(trial, 0.0)
 
 
+@pytest.mark.parametrize("algo", ["impact", "impala"])
+def test_recurrent_trials_draw_whole_segments(algo):
+    """An entry with an LSTM policy: minibatches of whole segments (at most n_envs), the LSTM's size searched."""
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    n_envs = 4
+    for _ in range(3):
+        trial = study.ask()
+        trial.set_user_attr("recurrent_policy", True)  # what the optimiser records for an MlpLstmPolicy entry
+        params = SAMPLERS[algo](trial, 0, n_envs, {"using_her_replay_buffer": False})
+        assert params == CONVERTERS[algo](trial.params)
+        segments, remainder = divmod(params["batch_size"], params["n_steps"])
+        assert remainder == 0 and 1 <= segments <= n_envs
+        if algo == "impala":
+            assert params["value_batch_size"] == params["batch_size"]
+        assert {"lstm_hidden_size", "enable_critic_lstm"} <= set(params["policy_kwargs"])
+        # Shorter segments than the largest sampled ones, the same number per minibatch, to keep the test short.
+        params["n_steps"] = min(params["n_steps"], 32)
+        params["batch_size"] = params["n_steps"] * segments
+        if algo == "impala":
+            params.update(value_batch_size=params["batch_size"], n_epochs=1, n_value_epochs=min(params["n_value_epochs"], 1))
+        env = make_vec_env("CartPole-v1", n_envs=n_envs)
+        model = ZOO_ALGOS[algo]("MlpLstmPolicy", env, seed=0, collector="sync", **params)
+        model.learn(200)
+        assert model.num_timesteps >= 200
+        model.env.close()
+        study.tell(trial, 0.0)
+    plain = study.ask()  # no attribute: an MLP entry keeps the batch_size search
+    params = SAMPLERS[algo](plain, 0, n_envs, {"using_her_replay_buffer": False})
+    assert {"batch_size_pow", "batch_size"} & set(plain.params) and "minibatch_segments_pow" not in plain.params
+    assert "lstm_hidden_size" not in params["policy_kwargs"]
+
+
 def test_size_rules_hold_at_the_edges_of_the_search_space():
     """IMPACT's batch_size <= n_steps, PTR-PPO's memory holds a replay batch, V-RACER's buffer holds a batch."""
     fixed = {"one_minus_gamma": 0.01, "one_minus_gae_lambda": 0.05, "learning_rate": 1e-3, "ent_coef": 0.0}
@@ -104,10 +136,7 @@ def test_size_rules_hold_at_the_edges_of_the_search_space():
 
 @pytest.mark.skipif(not hook_installed(), reason="needs the installed startup hook: pip install .")
 @pytest.mark.timeout(660)  # past the command's own 600 s limit, which reports with its output (run_command)
-# The recurrent entries' -optimize runs in tests/test_zoo.py (test_optimize_runs_a_recurrent_entry, seeded): the
-# IMPACT/IMPALA search space still samples batch sizes that are not whole segments, which a recurrent policy refuses
-# (such trials are pruned with the reason), so an unseeded short study can end with every trial pruned.
-@pytest.mark.parametrize("algo, env_id", [(algo, env_id) for algo, env_id in ZOO_COMMAND_ENVS if "NoVel" not in env_id])
+@pytest.mark.parametrize("algo, env_id", ZOO_COMMAND_ENVS)
 def test_rl_zoo3_optimize_command_finishes(algo, env_id, tmp_path):
     """The literal ``python -m rl_zoo3.train --algo ALGO --env ENV -optimize`` with two trials."""
     command = [sys.executable, "-m", "rl_zoo3.train", "--algo", algo, "--env", env_id, "-optimize", "--n-trials", "2"]

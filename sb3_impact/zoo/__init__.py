@@ -15,6 +15,7 @@ from types import TracebackType
 from typing import Any
 
 from sb3_impact import IMPACT, IMPALA, PPOAMBER, PTRPPO, VRACER, SACReFER, TD3ReFER
+from sb3_impact.common.recurrent import RECURRENT_POLICY_NAMES, is_recurrent
 
 ZOO_ALGOS = {
     "impact": IMPACT,
@@ -71,6 +72,8 @@ def _patch_config_path(manager_class: type) -> None:
 
 def _patch_objective(manager_class: type) -> None:
     """
+    Record whether the entry's policy is recurrent in the trial's ``recurrent_policy`` user attribute (the samplers
+    read it).
     rl-zoo3's ``objective`` prunes a trial whose ``learn()`` raises, but a model that refuses its settings when it is
     built (``batch_size`` above ``n_steps * n_envs`` after ``-params n_steps:10``, say) ends the whole study. For our
     algorithms such a trial is pruned instead (``optuna.TrialPruned`` with the reason, also kept in the trial's
@@ -81,6 +84,11 @@ def _patch_objective(manager_class: type) -> None:
         return
 
     def objective(self, trial: Any) -> float:
+        if self.algo in ZOO_ALGOS:
+            # The samplers see the trial, not the entry: they read here whether its policy is recurrent (such
+            # entries draw whole segments per minibatch, sb3_impact.zoo.samplers).
+            policy = self._hyperparams.get("policy")
+            trial.set_user_attr("recurrent_policy", policy in RECURRENT_POLICY_NAMES or is_recurrent(policy))
         try:
             return original_objective(self, trial)
         except (ValueError, TypeError) as error:

@@ -11,6 +11,13 @@ Size rules (decided so that every sampled trial builds, written once in the conv
 
 - ``batch_size`` (IMPACT, PTR-PPO) is at most ``n_steps``: the converter only sees ``trial.params``, not
   ``n_envs``, and ``n_steps <= n_steps * n_envs`` holds for any number of envs.
+- With a recurrent policy (the entry's ``policy`` is ``MlpLstmPolicy``, ``CnnLstmPolicy`` or
+  ``MultiInputLstmPolicy``), IMPACT and IMPALA train on minibatches of whole segments, so the trial draws
+  ``minibatch_segments_pow`` in ``[0, log2(n_envs)]`` instead of ``batch_size_pow``/``batch_size`` and the
+  converter sets ``batch_size = n_steps * 2**minibatch_segments_pow`` (IMPALA's ``value_batch_size`` too); such a
+  trial also draws the LSTM's ``lstm_hidden_size`` and ``enable_critic_lstm``. The sampler reads whether the policy
+  is recurrent from the trial's ``recurrent_policy`` user attribute, which the optimiser sets
+  (:func:`sb3_impact.zoo.patch_experiment_manager`).
 - PTR-PPO's ``memory_size`` is at least ``replay_batch``.
 - V-RACER's ``buffer_size`` is at least ``batch_size``.
 - PTR-PPO replays at most 8 rounds of at most 16 segments per rollout: a round of ``replay_batch`` segments
@@ -36,10 +43,28 @@ Sampler = Callable[[optuna.Trial, int, int, dict], dict[str, Any]]
 Converter = Callable[[dict[str, Any]], dict[str, Any]]
 
 # Keys of trial.params that belong in policy_kwargs, not in the constructor.
-POLICY_KEYS = ("log_std_init", "ortho_init")
+POLICY_KEYS = ("log_std_init", "ortho_init", "lstm_hidden_size", "enable_critic_lstm")
 VRACER_NET_ARCH = {"small": [64, 64], "medium": [128, 128], "big": [256, 256], "large": [128, 128, 128]}
 # ``Softsign`` is V-RACER's default activation: nn.Softsign's values with a cheaper backward.
 VRACER_ACTIVATION = {"softsign": Softsign, "tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
+
+
+def _is_recurrent_trial(trial: optuna.Trial) -> bool:
+    """Whether the entry this trial tunes has a recurrent policy (the user attribute the optimiser sets)."""
+    return bool(trial.user_attrs.get("recurrent_policy", False))
+
+
+def _sample_recurrent(trial: optuna.Trial, n_envs: int) -> dict[str, Any]:
+    """
+    A recurrent trial's minibatch size in whole segments (a power of two no larger than ``n_envs``) and its LSTM:
+    the hidden size and whether the critic has an LSTM of its own (the keys rl-zoo3 names for RecurrentPPO; the
+    sampled ``policy_kwargs`` replace the entry's, so the LSTM size is searched rather than reset to its default).
+    """
+    return {
+        "minibatch_segments_pow": trial.suggest_int("minibatch_segments_pow", 0, max(int(n_envs).bit_length() - 1, 0)),
+        "lstm_hidden_size": trial.suggest_categorical("lstm_hidden_size", [16, 32, 64, 128, 256]),
+        "enable_critic_lstm": trial.suggest_categorical("enable_critic_lstm", [False, True]),
+    }
 
 
 def _sample_actor_critic(trial: optuna.Trial, n_actions: int, n_steps_range: tuple[int, int]) -> dict[str, Any]:
@@ -78,7 +103,10 @@ def convert_actor_critic_params(params: dict[str, Any]) -> dict[str, Any]:
     policy_extras = {key: params.pop(key) for key in POLICY_KEYS if key in params}
     hyperparams = convert_onpolicy_params(params)
     hyperparams["policy_kwargs"].update(policy_extras)
-    if hyperparams.get("batch_size") is not None:
+    if "minibatch_segments_pow" in params:
+        hyperparams.pop("minibatch_segments_pow", None)
+        hyperparams["batch_size"] = hyperparams["n_steps"] * 2 ** params["minibatch_segments_pow"]
+    elif hyperparams.get("batch_size") is not None:
         hyperparams["batch_size"] = min(hyperparams["batch_size"], hyperparams["n_steps"])
     return hyperparams
 
@@ -89,8 +117,11 @@ def sample_impact_params(trial: optuna.Trial, n_actions: int, n_envs: int, addit
     surrogate clip, KL penalty and the shared actor-critic space (gamma, lambda, learning rate, network...).
     """
     params = _sample_actor_critic(trial, n_actions, (4, 10))
+    if _is_recurrent_trial(trial):
+        params.update(_sample_recurrent(trial, n_envs))
+    else:
+        params["batch_size_pow"] = trial.suggest_int("batch_size_pow", 5, 10)
     params.update(
-        batch_size_pow=trial.suggest_int("batch_size_pow", 5, 10),
         circular_buffer_size=trial.suggest_categorical("circular_buffer_size", [1, 2, 4, 8, 16]),
         max_batch_reuse=trial.suggest_categorical("max_batch_reuse", [1, 2, 5, 10, 20]),
         target_worker_clip=trial.suggest_float("target_worker_clip", 1.0, 4.0),
@@ -107,17 +138,28 @@ def sample_impala_params(trial: optuna.Trial, n_actions: int, n_envs: int, addit
     advantage normalisation and the shared actor-critic space.
     """
     params = _sample_actor_critic(trial, n_actions, (3, 9))
+    if _is_recurrent_trial(trial):
+        params.update(_sample_recurrent(trial, n_envs))
+    else:
+        # None: one gradient step on the whole batch per pass (the paper's).
+        params["batch_size"] = trial.suggest_categorical("batch_size", [None, 32, 64, 128, 256, 512])
     params.update(
         n_epochs=trial.suggest_categorical("n_epochs", [1, 2, 4, 8]),
-        # None: one gradient step on the whole batch per pass (the paper's).
-        batch_size=trial.suggest_categorical("batch_size", [None, 32, 64, 128, 256, 512]),
         n_value_epochs=trial.suggest_categorical("n_value_epochs", [0, 1, 4, 10]),
         vtrace_clip_rho_threshold=trial.suggest_categorical("vtrace_clip_rho_threshold", [1.0, 2.0]),
         vtrace_clip_pg_rho_threshold=trial.suggest_categorical("vtrace_clip_pg_rho_threshold", [1.0, 2.0]),
         normalize_advantage=trial.suggest_categorical("normalize_advantage", [True, False]),
         vf_coef=trial.suggest_float("vf_coef", 0.25, 1.0),
     )
-    return convert_actor_critic_params(params)
+    return convert_impala_params(params)
+
+
+def convert_impala_params(params: dict[str, Any]) -> dict[str, Any]:
+    """Actor-critic conversion; a recurrent trial's value passes take the same whole-segment minibatches."""
+    hyperparams = convert_actor_critic_params(params)
+    if "minibatch_segments_pow" in params:
+        hyperparams["value_batch_size"] = hyperparams["batch_size"]
+    return hyperparams
 
 
 def sample_ppo_amber_params(trial: optuna.Trial, n_actions: int, n_envs: int, additional_args: dict) -> dict[str, Any]:
@@ -277,7 +319,7 @@ SAMPLERS: dict[str, Sampler] = {
 }
 CONVERTERS: dict[str, Converter] = {
     "impact": convert_actor_critic_params,
-    "impala": convert_actor_critic_params,
+    "impala": convert_impala_params,
     "ppo_amber": convert_ppo_amber_params,
     "ptr_ppo": convert_ptr_ppo_params,
     "vracer": convert_vracer_params,
