@@ -104,6 +104,12 @@ def test_learner_replay_equals_the_behaviour_and_the_step_by_step_reference(lstm
             log_probs = distribution.log_prob(batch.actions).reshape(segment.n_steps, segment.n_envs)
             bootstrap, final_values = batch.bootstrap_values(policy)
             value_only = batch.predict_values(policy)
+        # IMPACT's target evaluation: one replay for the values and the bootstrap values.
+        one_distribution, one_values, one_bootstrap, one_final = batch.evaluate_with_bootstrap(policy)
+        one_log_probs = one_distribution.log_prob(batch.actions).reshape(log_probs.shape)
+        pairs = [(one_log_probs, log_probs), (one_values, values), (one_bootstrap, bootstrap), (one_final, final_values)]
+        for single, separate in pairs:
+            np.testing.assert_allclose(single.numpy(), separate.numpy(), atol=1e-6, rtol=0)
         # The behaviour's log-probabilities, recorded step by step while sampling: the learner's with equal weights.
         np.testing.assert_allclose(log_probs.numpy(), segment.behaviour_log_probs, atol=1e-6, rtol=0)
         ref_log_probs, ref_values, ref_bootstrap, ref_final = reference_replay(policy, segment)

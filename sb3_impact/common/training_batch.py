@@ -132,31 +132,50 @@ class TrainingBatch:
     def bootstrap_values(self, policy: BasePolicy) -> tuple[th.Tensor, th.Tensor]:
         """``V(next observation)`` ``[B]`` and ``V(final observation)`` ``[T, B]`` (zero where not truncated)."""
         if self.recurrent:
-            values = self._recurrent_bootstrap_values(policy)  # type: ignore[arg-type]
-        else:
-            values = policy.predict_values(self.bootstrap_observations).flatten()  # type: ignore[attr-defined]
+            replay = self._replay_whole_segment(policy, actor=False)  # type: ignore[arg-type]
+            return self._values_after(policy, replay)  # type: ignore[arg-type]
+        return self._spread_bootstrap_values(policy.predict_values(self.bootstrap_observations).flatten())  # type: ignore[attr-defined]
+
+    @th.no_grad()
+    def evaluate_with_bootstrap(self, policy: ActorCriticPolicy) -> tuple[Distribution, th.Tensor, th.Tensor, th.Tensor]:
+        """
+        :meth:`evaluate` on the whole batch and :meth:`bootstrap_values`, without gradients and with ``policy`` in
+        the mode it is in (IMPACT's target network: evaluation mode). A recurrent batch is replayed once for both:
+        the bootstrap values continue from the LSTM states of the same replay.
+        """
+        if not self.recurrent:
+            return (*self.evaluate(policy), *self.bootstrap_values(policy))
+        replay = self._replay_whole_segment(policy, actor=True)
+        distribution = policy._get_action_dist_from_latent(replay.latent_pi)
+        return (distribution, policy.value_net(replay.latent_vf).flatten(), *self._values_after(policy, replay))
+
+    def _spread_bootstrap_values(self, values: th.Tensor) -> tuple[th.Tensor, th.Tensor]:
+        """``[B + F]`` values of the bootstrap observations -> ``V(next)`` ``[B]`` and ``V(final)`` ``[T, B]``."""
         final_values = th.zeros_like(self.rewards)
         indices = self.final_observation_indices
         if len(indices) > 0:
             final_values[indices[:, 0], indices[:, 1]] = values[self.n_envs :]
         return values[: self.n_envs], final_values
 
-    def _recurrent_bootstrap_values(self, policy: ActorCriticPolicy) -> th.Tensor:
-        """
-        The critic replayed over the segment from its stored states: ``V`` of the observations after it, from the
-        states after the last step (zeroed where an episode ended there), then of each final observation of a
-        time-limit end ``(t, env)``, from the states after step ``t`` (the episode goes on into it).
-        """
+    def _replay_whole_segment(self, policy: ActorCriticPolicy, actor: bool) -> RecurrentOutput:
+        """The recurrent policy over the whole segment, keeping the states after each time-limit end ``(t, env)``."""
         assert self.lstm_states is not None and self.episode_starts is not None
         indices = self.final_observation_indices.cpu().numpy()
-        replay = recurrent_forward(
+        return recurrent_forward(
             policy,  # type: ignore[arg-type]
             self.observations,
             self.lstm_states,
             self.episode_starts,
-            actor=False,
+            actor=actor,
             keep_after=indices if len(indices) else None,
         )
+
+    def _values_after(self, policy: ActorCriticPolicy, replay: RecurrentOutput) -> tuple[th.Tensor, th.Tensor]:
+        """
+        Bootstrap values from a whole-segment replay: ``V`` of the observations after the segment, from the states
+        after its last step (zeroed where an episode ended there), then of each final observation of a time-limit
+        end ``(t, env)``, from the states after step ``t`` (the episode goes on into it).
+        """
         ended = (self.terminations[-1] | self.truncations[-1]).float().view(1, -1)
         after = recurrent_forward(
             policy,  # type: ignore[arg-type]
@@ -166,17 +185,16 @@ class TrainingBatch:
             actor=False,
         )
         parts = [policy.value_net(after.latent_vf).flatten()]
-        if len(indices):
-            assert replay.kept_states is not None
+        if replay.kept_states is not None:
             final = recurrent_forward(
                 policy,  # type: ignore[arg-type]
                 index_observation(self.bootstrap_observations, slice(self.n_envs, None)),
                 replay.kept_states,
-                th.zeros(1, len(indices), device=self.rewards.device),
+                th.zeros(1, len(self.final_observation_indices), device=self.rewards.device),
                 actor=False,
             )
             parts.append(policy.value_net(final.latent_vf).flatten())
-        return th.cat(parts)
+        return self._spread_bootstrap_values(th.cat(parts))
 
     def minibatch_indices(self, batch_size: int | None) -> list[slice | th.Tensor]:
         """

@@ -250,7 +250,12 @@ class VTraceActorCritic(OnPolicySegmentMixin, OnPolicyAlgorithm):
         """
 
     def _vtrace_targets(
-        self, batch: TrainingBatch, values: th.Tensor, target_log_probs: th.Tensor, policy: ActorCriticPolicy
+        self,
+        batch: TrainingBatch,
+        values: th.Tensor,
+        target_log_probs: th.Tensor,
+        policy: ActorCriticPolicy,
+        bootstrap: tuple[th.Tensor, th.Tensor] | None = None,
     ) -> tuple[th.Tensor, th.Tensor]:
         """
         V-trace ``(v_s, pg_advantages)`` of ``batch``, flat ``[T * B]`` (docs/guide/equations.md, V-trace (IMPALA) (IMPALA
@@ -258,11 +263,13 @@ class VTraceActorCritic(OnPolicySegmentMixin, OnPolicyAlgorithm):
         ``policy``'s values of the bootstrap observations as V.
 
         The targets are computed in evaluation mode, as SB3 computes its targets: the bootstrap values always,
-        and ``values`` again when ``policy`` is training and has BatchNorm or Dropout layers.
+        and ``values`` again when ``policy`` is training and has BatchNorm or Dropout layers. ``bootstrap``: the
+        bootstrap values ``(V(next) [B], V(final) [T, B])`` when the caller has them from ``policy`` in evaluation
+        mode (:meth:`TrainingBatch.evaluate_with_bootstrap`).
         """
         recompute_values = policy.training and has_mode_dependent_layers(policy)
         with evaluation_mode(policy):
-            bootstrap_values, final_values = batch.bootstrap_values(policy)
+            bootstrap_values, final_values = batch.bootstrap_values(policy) if bootstrap is None else bootstrap
             if recompute_values:
                 with th.no_grad():
                     values = batch.predict_values(policy)

@@ -264,10 +264,11 @@ class IMPACT(VTraceActorCritic):
         Algorithm 1, line 7: the batch on the target network (theta', w'), with its V-trace GAE-lambda advantages and
         value targets (section 3, "V-GAE", with pi_target in the role of pi), kept for all K draws as PPO keeps its GAE.
         """
-        assert self._target_policy is not None
-        distribution, values = batch.evaluate(self._target_policy)
+        assert self._target_policy is not None and not self._target_policy.training  # frozen_policy_copy
+        # One pass (one replay of a recurrent batch) gives the values and the bootstrap values.
+        distribution, values, *bootstrap = batch.evaluate_with_bootstrap(self._target_policy)
         log_probs = distribution.log_prob(batch.actions)
-        value_targets, _ = self._vtrace_targets(batch, values, log_probs, self._target_policy)
+        value_targets, _ = self._vtrace_targets(batch, values, log_probs, self._target_policy, tuple(bootstrap))
         # V-GAE: A_t = sum_i (lambda gamma)^(i-t) (prod_j c_j) delta_i V = v_t - V(x_t); equals GAE on-policy.
         return ImpactTargets(log_probs, behaviour_params(distribution), value_targets, value_targets - values)
 
