@@ -22,6 +22,9 @@ from stable_baselines3.common.vec_env import (
     VecNormalize,
 )
 
+from benchmarks.peers import is_peer, peer_hyperparams_source
+from benchmarks.protocol import is_atari
+from benchmarks.rllib_run import PEER_ALGOS
 from sb3_impact.zoo import ZOO_ALGOS as IMPACT_ALGOS
 from sb3_impact.zoo import hyperparams_path
 
@@ -110,11 +113,6 @@ def linear_schedule(initial_value: float):
     return schedule
 
 
-def is_atari(env_id: str) -> bool:
-    """rl-zoo3's rule: Atari ids are read from the yml's ``atari`` entry."""
-    return "NoFrameskip" in env_id or env_id.startswith("ALE/")
-
-
 def zoo_entries(algo: str) -> dict[str, Any]:
     """All entries of ``algo``'s yml (raises ``ValueError`` listing the valid algos for an unknown one)."""
     algo = split_variant(algo)[0]
@@ -144,6 +142,8 @@ def zoo_entry_key(algo: str, env_id: str, config: dict[str, Any]) -> str:
 
 def hyperparams_source(algo: str, env_id: str) -> str:
     """Where ``algo``'s hyperparameters on ``env_id`` come from, e.g. ``rl_zoo3/hyperparams/ppo.yml: HalfCheetah-v4``."""
+    if is_peer(algo):
+        return peer_hyperparams_source(algo, env_id)
     base, overrides = split_variant(algo)
     if base in DEFAULT_VARIANTS:
         return "constructor defaults" + (f" with {overrides}" if overrides else "")
@@ -175,9 +175,9 @@ def load_zoo_hyperparams(algo: str, env_id: str) -> dict[str, Any]:
 
 def validate_names(algos: list[str], env_ids: list[str]) -> None:
     """Raise ``ValueError`` listing the valid names if an algo is unknown or an env lacks a yml entry or a gym id."""
-    unknown = [algo for algo in algos if split_variant(algo)[0] not in ALGOS]
+    unknown = [algo for algo in algos if split_variant(algo)[0] not in ALGOS and not is_peer(algo)]
     if unknown:
-        raise ValueError(f"unknown algos {unknown}; valid names: {', '.join(sorted(ALGOS))}")
+        raise ValueError(f"unknown algos {unknown}; valid names: {', '.join(sorted([*ALGOS, *PEER_ALGOS]))}")
     for env_id in env_ids:
         if env_id not in gym.registry:
             if is_atari(env_id):
@@ -188,7 +188,10 @@ def validate_names(algos: list[str], env_ids: list[str]) -> None:
             if env_id not in gym.registry:
                 raise ValueError(f"unknown env {env_id!r}: not a registered gymnasium id")
         for algo in algos:
-            load_zoo_hyperparams(algo, env_id)
+            if is_peer(algo):  # its settings, not a yml entry (benchmarks.rllib_run)
+                peer_hyperparams_source(algo, env_id)
+            else:
+                load_zoo_hyperparams(algo, env_id)
 
 
 def split_env_params(params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

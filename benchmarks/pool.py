@@ -25,6 +25,7 @@ from stable_baselines3.common.vec_env import (
 
 from benchmarks.config import algo_class, load_zoo_hyperparams, make_training_env, split_env_params
 from benchmarks.output import EvalPoint, machine_id
+from benchmarks.peers import is_peer, run_peer
 from benchmarks.recorders import Recorder, record_path, recorders_for
 
 
@@ -141,6 +142,7 @@ class RunSpec:
     records: tuple[str, ...] = ()  # recorder names (benchmarks/recorders.py); each writes under record_dir
     record_dir: str = ""
     deterministic: bool = True  # the evaluation policy (benchmarks.protocol.eval_policy: stochastic for Atari)
+    peer_python: str = ""  # the Python of a peer's own environment (benchmarks.peers)
 
 
 def failed_point(spec: RunSpec, error: BaseException | str) -> EvalPoint:
@@ -156,6 +158,8 @@ def run_benchmark(spec: RunSpec) -> list[EvalPoint]:
     """Train ``spec.algo`` with its zoo hyperparameters on ``spec.env_id``; a failed run returns one point with its error."""
     env = None
     try:
+        if is_peer(spec.algo):  # in its own environment, with this process' PyTorch threads
+            return [EvalPoint(**point) for point in run_peer(spec, spec.peer_python, th.get_num_threads())]
         env_params, params = split_env_params(load_zoo_hyperparams(spec.algo, spec.env_id))
         wrappers = {"env_wrapper": env_params.get("env_wrapper"), "frame_stack": env_params.get("frame_stack")}
         normalize = env_params.get("normalize", False)

@@ -23,8 +23,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from benchmarks.config import is_atari
-
 FIRST_REPORTING_SEED = 100
 ATARI_MIN_EVAL_EPISODES = 10
 
@@ -54,6 +52,16 @@ ATARI_REFERENCE_SCORES: dict[str, tuple[float, float]] = {
     "Qbert": (163.9, 13455.0),
     "UpNDown": (533.4, 11693.2),
 }
+
+
+# What a peer's stack (a run record's ``stack``; ours has none) installs and pins itself: compared only among that
+# stack's runs. Every other package is compared across all the runs of a table wherever both environments have it.
+STACK_PACKAGES: dict[str, tuple[str, ...]] = {"rllib": ("ray", "gymnasium")}
+
+
+def is_atari(env_id: str) -> bool:
+    """rl-zoo3's rule: Atari ids are read from the yml's ``atari`` entry."""
+    return "NoFrameskip" in env_id or env_id.startswith("ALE/")
 
 
 class ProtocolError(ValueError):
@@ -131,12 +139,16 @@ def comparison_problems(records: list[dict[str, Any]]) -> list[str]:
     """
     What differs between runs that one table compares: the machine's name, each package version, and each of
     :data:`COMPARED_SETTINGS`. Each difference is named once, with the values and the runs that hold them.
+
+    A peer's runs (a record with a ``stack``, e.g. RLlib's) come from that stack's own environment: a package it pins
+    (:data:`STACK_PACKAGES`) or does not have is compared among the runs of the same stack only; the others (Python,
+    torch, numpy, MuJoCo, ALE...) across all of them.
     """
     problems: list[str] = []
 
-    def check(label: str, value_of: Any) -> None:
+    def check(label: str, value_of: Any, runs: list[dict[str, Any]] = records) -> None:
         values: dict[str, list[str]] = {}
-        for record in records:
+        for record in runs:
             values.setdefault(json.dumps(value_of(record)), []).append(f"{record['algo']} seed {record['seed']}")
         if len(values) > 1:
             listed = "; ".join(
@@ -144,10 +156,22 @@ def comparison_problems(records: list[dict[str, Any]]) -> list[str]:
             )
             problems.append(f"{label} differs: {listed}")
 
+    def version(record: dict[str, Any], package: str) -> str | None:
+        return record["machine"].get("software", {}).get(package)
+
     check("machine", lambda record: record["machine"].get("name"))
+    stacks: dict[str | None, list[dict[str, Any]]] = {}
+    for record in records:
+        stacks.setdefault(record.get("stack"), []).append(record)
+    own = {package for stack in stacks if stack for package in STACK_PACKAGES.get(stack, ())}
     packages = sorted({name for record in records for name in record["machine"].get("software", {})})
     for package in packages:
-        check(package, lambda record, package=package: record["machine"].get("software", {}).get(package))
+        peer_lacks = any(record.get("stack") and version(record, package) is None for record in records)
+        if len(stacks) > 1 and (package in own or peer_lacks):
+            for stack_runs in stacks.values():
+                check(package, lambda record, package=package: version(record, package), stack_runs)
+        else:
+            check(package, lambda record, package=package: version(record, package))
     for setting in COMPARED_SETTINGS:
         check(setting, lambda record, setting=setting: record.get(setting))
     return problems

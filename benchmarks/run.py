@@ -53,6 +53,7 @@ from benchmarks.output import (
     write_csv,
     write_json,
 )
+from benchmarks.peers import PEER_STACK, check_peer, is_peer, peer_python, peer_software
 from benchmarks.pool import RunSpec, failed_point, run_benchmark, run_in_parallel, sigterm_as_keyboard_interrupt
 from benchmarks.protocol import (
     ProtocolError,
@@ -98,6 +99,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--merge", nargs="+", type=Path, default=[], metavar="DIR",
                         help="run nothing: add the runs in DIR/ENV.csv (side-by-side invocations' --out) to "
                         "--out/ENV.csv, then rewrite ENV.json and ENV.png as --summarize does")  # fmt: skip
+    parser.add_argument("--peer-python", default=None,
+                        help="Python of RLlib's environment for the peers rllib_appo/rllib_impala (default: "
+                        "$SB3_IMPACT_PEER_PYTHON or .venv-rllib/bin/python; made by benchmarks/recipes/peers.sh)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("results"))
     return parser.parse_args(argv)
 
@@ -141,7 +145,13 @@ RECORDED_SETTINGS = ("steps", "max_seconds", "eval_freq", "eval_seconds", "eval_
 def run_record(args: argparse.Namespace, spec: RunSpec, points: list[EvalPoint]) -> dict:
     """One run's own settings, stored beside the table (``OUT/runs/ENV/ALGO_seedN.json``) and never rewritten."""
     failed = next((point for point in points if point.status == "failed"), None)
+    machine = this_machine(args)
+    stack = {}
+    if is_peer(spec.algo):  # its own environment's packages (benchmarks.peers)
+        machine["software"] = peer_software(spec.peer_python)
+        stack = {"stack": PEER_STACK}
     return {
+        **stack,
         "algo": spec.algo,
         "env": spec.env_id,
         "seed": spec.seed,
@@ -158,7 +168,7 @@ def run_record(args: argparse.Namespace, spec: RunSpec, points: list[EvalPoint])
         "device": args.device,
         "hyperparams": hyperparams_source(spec.algo, spec.env_id),
         "commit": COMMIT,
-        "machine": this_machine(args),
+        "machine": machine,
         "command": reproduce_command(args, spec.env_id, [spec.algo], [spec.seed]),
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
@@ -211,7 +221,7 @@ def write_results(
         eval_episodes=made_with.eval_episodes,
         eval_policy=table_records[0]["eval_policy"] if table_records else None,
         hyperparams={algo: hyperparams_source(algo, env_id) for algo in algos},
-        machine=machine or (table_records[-1]["machine"] if table_records else this_machine(args)),
+        machine=machine or table_machine(table_records) or this_machine(args),
         command=reproduce_command(made_with, env_id, algos, seeds),
         runs=table_records,
     )
@@ -219,6 +229,12 @@ def write_results(
     plot_curves(points, args.out / f"{env_id}.png", threshold)
     plot_records(args.out, env_id, args.record)
     return summary
+
+
+def table_machine(records: list[dict]) -> dict | None:
+    """The machine a table's JSON records: its last run's, ours rather than a peer's (whose packages are its own)."""
+    ours = [record for record in records if not record.get("stack")]
+    return (ours or records)[-1]["machine"] if records else None
 
 
 def print_summary(summary: dict) -> None:
@@ -259,7 +275,7 @@ def run_specs(args: argparse.Namespace) -> list[RunSpec]:
         keys = [(env, seed, algo) for env in args.envs for algo in args.algos for seed in seeds]
     options = {"eval_freq": args.eval_freq, "eval_episodes": args.eval_episodes, "device": args.device}
     options.update(eval_seconds=args.eval_seconds, max_seconds=args.max_seconds)
-    options.update(records=tuple(args.record), record_dir=str(args.out))
+    options.update(records=tuple(args.record), record_dir=str(args.out), peer_python=peer_python(args.peer_python))
     return [
         RunSpec(algo, env, seed, args.steps, subproc=algo in args.subproc, deterministic=policy == "deterministic", **options)
         for env, seed, algo in keys
@@ -381,6 +397,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.jobs < 1:
             raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
         validate_names(args.algos, args.envs)
+        for algo, env in [(algo, env) for algo in args.algos if is_peer(algo) for env in args.envs]:
+            check_peer(algo, env, peer_python(args.peer_python))
         validate_recorders(args.record, args.algos)
         check_eval_settings(args.envs, args.eval_episodes)
     except ValueError as error:

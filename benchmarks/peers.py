@@ -1,0 +1,113 @@
+"""
+The peers a user would pick instead of this package, run by the same runner as our algorithms: ``python -m
+benchmarks run --algos impact rllib_appo --env HalfCheetah-v5 ...`` (docs/results.md, "Peers").
+
+- ``rllib_appo``, ``rllib_impala``: RLlib's APPO and IMPALA (Ray 2.60), with the settings of
+  :data:`benchmarks.rllib_run.PEER_SETTINGS`. RLlib pins its own gymnasium, so a run goes to a subprocess started
+  with the Python of RLlib's virtual environment (``--peer-python``, default ``$SB3_IMPACT_PEER_PYTHON`` or
+  ``.venv-rllib/bin/python``; ``benchmarks/recipes/peers.sh`` makes it), which runs :mod:`benchmarks.rllib_run`.
+  Its points come back in the rows of :class:`benchmarks.output.EvalPoint`, so the same CSV/JSON, tables,
+  statistics and plots serve both.
+- Each peer run's record names its ``stack`` and carries its environment's package versions; the protocol compares
+  a peer with our runs on the machine, the settings and the packages both environments have, except the ones the
+  peer's stack pins itself (:data:`benchmarks.protocol.STACK_PACKAGES`).
+"""
+
+import contextlib
+import functools
+import json
+import os
+import signal
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from benchmarks.rllib_run import PEER_ALGOS, peer_settings
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_PEER_PYTHON = REPO_ROOT / ".venv-rllib" / "bin" / "python"
+PEER_STACK = "rllib"
+STOP_GRACE_SECONDS = 30.0  # after SIGINT, for the peer to stop Ray and exit
+
+
+def is_peer(algo: str) -> bool:
+    return algo in PEER_ALGOS
+
+
+def peer_python(given: str | None = None) -> str:
+    """The Python of the peers' environment: ``given``, else ``$SB3_IMPACT_PEER_PYTHON``, else ``.venv-rllib``."""
+    return given or os.environ.get("SB3_IMPACT_PEER_PYTHON") or str(DEFAULT_PEER_PYTHON)
+
+
+def check_peer(algo: str, env_id: str, python: str) -> None:
+    """``ValueError`` before anything runs: no settings for the pair, or no peers' environment to run it in."""
+    peer_settings(algo, env_id)
+    if not Path(python).is_file():
+        raise ValueError(
+            f"{algo} runs in RLlib's own environment, and {python} does not exist: make it with "
+            "benchmarks/recipes/peers.sh (or pass --peer-python / set SB3_IMPACT_PEER_PYTHON)"
+        )
+
+
+def peer_hyperparams_source(algo: str, env_id: str) -> str:
+    return peer_settings(algo, env_id)["source"]
+
+
+@functools.cache
+def peer_software(python: str) -> dict[str, str | None]:
+    """The package versions of the peers' environment (its ``benchmarks.rllib_run --software``)."""
+    command = [python, "-m", "benchmarks.rllib_run", "--software"]
+    completed = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def run_peer(spec: Any, python: str, torch_threads: int) -> list[dict[str, Any]]:
+    """
+    One peer run (a :class:`benchmarks.pool.RunSpec`) in the peers' environment; its points as ``EvalPoint`` fields.
+    The subprocess leads its own process group (Ray's processes join it); Ctrl-C or any exit here stops it: SIGINT,
+    :data:`STOP_GRACE_SECONDS` for it to shut Ray down, then SIGKILL to the group. Raises ``RuntimeError`` with
+    the end of its output when it fails.
+    """
+    run = {
+        "algo": spec.algo,
+        "env_id": spec.env_id,
+        "seed": spec.seed,
+        "steps": spec.steps,
+        "max_seconds": spec.max_seconds,
+        "eval_freq": spec.eval_freq,
+        "eval_seconds": spec.eval_seconds,
+        "eval_episodes": spec.eval_episodes,
+        "deterministic": spec.deterministic,
+        "torch_threads": torch_threads,
+    }
+    with tempfile.TemporaryDirectory(prefix="peer-run-") as folder:
+        spec_path, result_path, log_path = (Path(folder) / name for name in ("spec.json", "result.json", "output.log"))
+        spec_path.write_text(json.dumps(run))
+        with open(log_path, "w") as log:
+            process = subprocess.Popen(
+                [python, "-m", "benchmarks.rllib_run", str(spec_path), str(result_path)],
+                cwd=REPO_ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            try:
+                returncode = process.wait()
+            finally:
+                _stop_group(process)
+        if returncode != 0 or not result_path.is_file():
+            tail = log_path.read_text()[-3000:]
+            raise RuntimeError(f"{spec.algo} exited with code {returncode}: {tail}")
+        return json.loads(result_path.read_text())["points"]
+
+
+def _stop_group(process: subprocess.Popen) -> None:
+    """SIGINT to a still running peer's group, then SIGKILL to the group (what its Ray left behind too)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=STOP_GRACE_SECONDS)
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
