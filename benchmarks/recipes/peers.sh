@@ -13,7 +13,7 @@ OUT=${OUT:-results}
 PEER_VENV=${PEER_VENV:-.venv-rllib}
 if [ ! -x "$PEER_VENV/bin/python" ]; then
     python -m venv "$PEER_VENV"
-    "$PEER_VENV/bin/pip" install -c constraints.txt "ray[rllib]==2.60.0" "gymnasium[mujoco]==1.2.2" ale-py "torch==2.13.0"
+    "$PEER_VENV/bin/pip" install -c constraints.txt "ray[rllib]==2.60.0" "gymnasium[mujoco]==1.2.2" ale-py opencv-python-headless "torch==2.13.0"
 fi
 export SB3_IMPACT_PEER_PYTHON="$PWD/$PEER_VENV/bin/python"
 WALL=(--first-seed 100 --seeds 3 --steps 100000000 --eval-episodes 10 --jobs 1)
