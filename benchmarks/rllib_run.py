@@ -64,8 +64,9 @@ PEER_SETTINGS: dict[tuple[str, str], dict[str, Any]] = {
     },
     ("rllib_appo", "BreakoutNoFrameskip-v4"): {
         "source": "RLlib's tuned Atari example rllib/tuned_examples/appo/pong_appo.py on Breakout (64x64 frames, 4 "
-        "stacked, rewards clipped), with 1 env runner and no aggregator actors (2 in the example)",
+        "stacked by its connectors, rewards clipped), with 1 env runner and no aggregator actors (2 in the example)",
         "atari": True,
+        "frame_stack": "connector",
         "config": {
             "env_runners": {"num_envs_per_env_runner": 2},
             "training": {
@@ -83,8 +84,9 @@ PEER_SETTINGS: dict[tuple[str, str], dict[str, Any]] = {
     },
     ("rllib_impala", "BreakoutNoFrameskip-v4"): {
         "source": "RLlib's tuned Atari example rllib/tuned_examples/impala/pong_impala.py on Breakout (64x64 frames, "
-        "4 stacked, rewards clipped), with 1 env runner",
+        "4 stacked by the env wrapper, rewards clipped), with 1 env runner",
         "atari": True,
+        "frame_stack": "wrapper",
         "config": {
             "env_runners": {"num_envs_per_env_runner": 5},
             "training": {
@@ -117,6 +119,7 @@ PEER_SETTINGS: dict[tuple[str, str], dict[str, Any]] = {
 PEER_ALGOS = ("rllib_appo", "rllib_impala")
 EVAL_SEED_OFFSET = 10_000  # as benchmarks.pool's evaluation env
 MIN_TIME_S_PER_ITERATION = 1.0  # short iterations: a point lands within about a second of its grid mark
+STACKED_FRAMES = 4  # Atari: as RLlib's examples, by the env wrapper or by the connectors (``frame_stack``)
 
 
 def peer_settings(algo: str, env_id: str) -> dict[str, Any]:
@@ -127,47 +130,53 @@ def peer_settings(algo: str, env_id: str) -> dict[str, Any]:
     return PEER_SETTINGS[(algo, env_id)]
 
 
-def make_env(env_id: str, atari: bool, whole_games: bool) -> Any:
+def make_env(env_id: str, settings: dict[str, Any], whole_games: bool) -> Any:
     """
     The env as the run trains (``whole_games=False``) or evaluates on it. Atari: RLlib's own preprocessing
     (``wrap_atari_for_new_api_stack``: 108k-frame cap, 64x64 grey frames, max over 4 skipped frames, up to 30
-    no-op starts, fire on reset, 4 stacked frames), with one life per episode for training as RLlib's examples and
-    whole games for evaluation (the protocol's). Rewards are clipped by the algorithm's ``clip_rewards``, not here,
-    so evaluation returns are game scores.
+    no-op starts, fire on reset, 4 stacked frames unless the connectors stack them), with one life per episode for
+    training as RLlib's examples and whole games for evaluation (the protocol's). Rewards are clipped by the
+    algorithm's ``clip_rewards``, not here, so evaluation returns are game scores.
     """
     import gymnasium as gym
 
-    if not atari:
+    if not settings.get("atari", False):
         return gym.make(env_id)
     import ale_py
     from ray.rllib.env.wrappers import atari_wrappers as wrappers
 
     gym.register_envs(ale_py)
     env = gym.make(env_id, render_mode="rgb_array")
+    framestack = STACKED_FRAMES if settings["frame_stack"] == "wrapper" else None
     if not whole_games:
-        return wrappers.wrap_atari_for_new_api_stack(env, dim=64, framestack=4)
+        return wrappers.wrap_atari_for_new_api_stack(env, dim=64, framestack=framestack)
     # wrap_atari_for_new_api_stack without its EpisodicLifeEnv: the same observations, whole games.
     env = gym.wrappers.TimeLimit(env, max_episode_steps=108_000)
     env = wrappers.NormalizedImageEnv(wrappers.WarpFrame(env, dim=64, grayscale=True))
     env = wrappers.NoopResetEnv(wrappers.MaxAndSkipEnv(env, skip=4), noop_max=30)
     if "FIRE" in env.unwrapped.get_action_meanings():
         env = wrappers.FireResetEnv(env)
-    return wrappers.FrameStack(env, k=4)
+    return wrappers.FrameStack(env, k=framestack) if framestack else env
 
 
 def build_algorithm(spec: dict[str, Any]) -> Any:
     """The RLlib algorithm of ``spec`` with its settings (:data:`PEER_SETTINGS`) and the 2-core placement."""
     from ray.rllib.algorithms.appo import APPOConfig
     from ray.rllib.algorithms.impala import IMPALAConfig
+    from ray.rllib.connectors.env_to_module.frame_stacking import FrameStackingEnvToModule
+    from ray.rllib.connectors.learner.frame_stacking import FrameStackingLearner
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
     from ray.tune.registry import register_env
 
     settings = peer_settings(spec["algo"], spec["env_id"])
     atari = settings.get("atari", False)
     env_name = f"peer-{spec['env_id']}"
-    register_env(env_name, lambda _: make_env(spec["env_id"], atari, whole_games=False))
+    register_env(env_name, lambda _: make_env(spec["env_id"], settings, whole_games=False))
     config = {"rllib_appo": APPOConfig, "rllib_impala": IMPALAConfig}[spec["algo"]]()
     config = config.environment(env_name, clip_rewards=True if atari else None)
+    if settings.get("frame_stack") == "connector":  # as pong_appo.py: single frames travel, the connectors stack
+        config = config.env_runners(env_to_module_connector=lambda *_: FrameStackingEnvToModule(num_frames=STACKED_FRAMES))
+        config = config.training(learner_connector=lambda *_: FrameStackingLearner(num_frames=STACKED_FRAMES))
     config = config.debugging(seed=spec["seed"])
     config = config.reporting(min_time_s_per_iteration=MIN_TIME_S_PER_ITERATION, min_sample_timesteps_per_iteration=0)
     for method, kwargs in [*TWO_CORES.items(), *settings["config"].items()]:
@@ -177,11 +186,14 @@ def build_algorithm(spec: dict[str, Any]) -> Any:
     return config.build_algo()
 
 
-def evaluate(module: Any, env: Any, episodes: int, deterministic: bool, seed: int, action_space: Any) -> list[float]:
+def evaluate(
+    module: Any, env: Any, episodes: int, deterministic: bool, seed: int, action_space: Any, stack_frames: int = 0
+) -> list[float]:
     """
     Returns of ``episodes`` whole episodes of ``module`` (RLlib's inference forward pass and its action
     distribution; ``deterministic``: the distribution's mode), actions unsquashed to the action space as RLlib's
-    env runner does (``normalize_actions``, on by default).
+    env runner does (``normalize_actions``, on by default). ``stack_frames``: the last so many observations are
+    stacked on the last axis, zeros before the episode's start, as RLlib's frame-stacking connector does.
     """
     import gymnasium as gym
     import numpy as np
@@ -193,16 +205,19 @@ def evaluate(module: Any, env: Any, episodes: int, deterministic: bool, seed: in
     returns = []
     for episode in range(episodes):
         observation, _ = env.reset(seed=seed if episode == 0 else None)
+        frames = [np.zeros_like(observation)] * (stack_frames - 1) + [observation] if stack_frames else []
         total, done = 0.0, False
         while not done:
+            model_input = np.concatenate(frames[-stack_frames:], axis=-1) if stack_frames else np.asarray(observation)
             with torch.no_grad():
-                batch = {Columns.OBS: torch.as_tensor(np.asarray(observation)[None], dtype=torch.float32)}
+                batch = {Columns.OBS: torch.as_tensor(model_input[None], dtype=torch.float32)}
                 inputs = module.forward_inference(batch)[Columns.ACTION_DIST_INPUTS]
             distribution = distribution_class.from_logits(inputs)
             action = (distribution.to_deterministic() if deterministic else distribution).sample()[0].numpy()
             if isinstance(action_space, gym.spaces.Box):
                 action = unsquash_action(action, action_space)
             observation, reward, terminated, truncated, _ = env.step(action)
+            frames = [*frames[1 - stack_frames :], observation] if stack_frames else frames
             total += float(reward)
             done = terminated or truncated
         returns.append(total)
@@ -221,7 +236,8 @@ def run(spec: dict[str, Any]) -> list[dict[str, Any]]:
 
     torch.set_num_threads(spec["torch_threads"])
     settings = peer_settings(spec["algo"], spec["env_id"])
-    eval_env = make_env(spec["env_id"], settings.get("atari", False), whole_games=True)
+    eval_env = make_env(spec["env_id"], settings, whole_games=True)
+    stack_frames = STACKED_FRAMES if settings.get("frame_stack") == "connector" else 0
     points: list[dict[str, Any]] = []
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
@@ -234,7 +250,9 @@ def run(spec: dict[str, Any]) -> list[dict[str, Any]]:
             returns = [float("nan")]
             if spec["eval_episodes"] > 0:
                 seed = spec["seed"] + EVAL_SEED_OFFSET
-                returns = evaluate(module, eval_env, spec["eval_episodes"], spec["deterministic"], seed, eval_env.action_space)
+                returns = evaluate(
+                    module, eval_env, spec["eval_episodes"], spec["deterministic"], seed, eval_env.action_space, stack_frames
+                )
             row = {"algo": spec["algo"], "env": spec["env_id"], "seed": spec["seed"], "steps": steps}
             row.update(wall_seconds=trained, eval_mean=float(np.mean(returns)), eval_std=float(np.std(returns)))
             points.append({**row, "status": "ok", "error": "", "device": "cpu", "machine": machine_id("cpu")})
