@@ -49,6 +49,7 @@ import yaml
 from benchmarks.output import EvalPoint, read_csv
 from benchmarks.protocol import (
     PUBLISHED_RETURNS,
+    STACK_PACKAGES,
     ProtocolError,
     atari_game,
     check_comparison,
@@ -132,10 +133,23 @@ class Table:
         complete = [env for env in scores if all(len(scores[env].get(algo, {})) >= 3 for algo in algos)]
         return {algo: normalised_matrix(scores, complete, algo) for algo in sorted(algos)} if complete else {}
 
+    def steps_per_second(self, env: str) -> dict[str, list[float]]:
+        """Per algo, each run's environment steps per second of training: its last point's steps over its time."""
+        last: dict[tuple[str, int], EvalPoint] = {}
+        for point in self.points[env]:
+            if point.status == "ok" and point.wall_seconds > 0:
+                key = (point.algo, point.seed)
+                if key not in last or point.steps >= last[key].steps:
+                    last[key] = point
+        speeds: dict[str, list[float]] = {}
+        for (algo, _), point in sorted(last.items()):
+            speeds.setdefault(algo, []).append(point.steps / point.wall_seconds)
+        return speeds
+
     def settings_line(self) -> str:
         """Budget, evaluation grid and policy, seeds, machine, software, date and the runs' commands."""
         every = [record for records in self.records.values() for record in records]
-        first = every[0]
+        first = next((record for record in every if not record.get("stack")), every[0])
         budget = f"{first['max_seconds']:g} s of training" if first.get("max_seconds") else f"{first['steps']} steps"
         grid = (
             f"every {first['eval_seconds']:g} s of training"
@@ -149,6 +163,10 @@ class Table:
         versions = ", ".join(
             f"{name} {software.get(name)}" for name in ("torch", "stable_baselines3", "gymnasium") if software
         )
+        for stack in sorted({record["stack"] for record in every if record.get("stack")}):
+            peer = next(record for record in every if record.get("stack") == stack)["machine"].get("software", {})
+            pinned = ", ".join(f"{name} {peer.get(name)}" for name in STACK_PACKAGES.get(stack, ()))
+            versions += f"; {stack}'s own environment: {pinned}"
         dates = sorted({record["finished"][:10] for record in every})
         seeds = sorted({record["seed"] for record in every})
         commits = sorted(
@@ -219,10 +237,13 @@ def comparison_table(table: Table) -> str:
             continue
         summary = table.summary(env)
         targets = summary.get("targets", {})
+        speeds = table.steps_per_second(env) if table.records[env][0].get("max_seconds") else None
         header = ["algo", "seeds", "return at the budget", "IQM [95% CI]", f"P(better than {table.baseline}) [95% CI]"]
         for name, target in targets.items():
             label = f"{table.baseline}'s median {score(target)}" if name == "baseline_median" else f"published {score(target)}"
             header += [f"steps to {label}: ratio", f"time to {label}: ratio"]
+        if speeds is not None:  # equal training time: how fast each collects is half of the story
+            header.append("env steps per second of training")
         lines += [f"**{env}**", "", "| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
         for algo, entry in sorted(summary["algos"].items(), key=lambda item: (item[0] != table.baseline, item[0])):
             returns = compared(entry)
@@ -235,6 +256,8 @@ def comparison_table(table: Table) -> str:
                     if paired is None
                     else [ratio_cell(paired, "steps_ratio"), ratio_cell(paired, "wall_ratio")]
                 )
+            if speeds is not None:
+                row.append(spread_cell(speeds.get(algo, []), digits=0))
             lines.append("| " + " | ".join(row) + " |")
         lines += ["", per_seed_lines(summary, table.baseline), ""]
     lines.append(table.settings_line())

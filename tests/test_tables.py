@@ -14,7 +14,7 @@ import yaml
 
 from benchmarks import run as run_module
 from benchmarks import tables
-from benchmarks.output import EvalPoint, machine_description, write_csv
+from benchmarks.output import EvalPoint, machine_description, read_csv, write_csv
 from benchmarks.protocol import (
     ProtocolError,
     check_comparison,
@@ -131,6 +131,29 @@ def test_a_comparison_table_pairs_by_seed_and_shows_censored_runs(tmp_path):
     assert "0.25 [0.25, 2.00] (ours censored in 1; baseline censored in 1)" in page  # steps to ppo's median 30
     assert "published 45.0" in page and "seeds 100, 101, 102" in page
     assert "101: 4000c / 2000 steps" in page and "102: 1000 / 4000c steps" in page
+
+
+def test_an_equal_time_table_with_a_peer_gives_each_sides_steps_per_second_and_the_peers_environment(tmp_path):
+    """A peers table: the peer is the baseline, steps per second of training beside the returns (wall-clock)."""
+    root = repository(tmp_path, [entry("p", ["Env-v0"], baseline="rllib_appo")], [])
+    curves = {(algo, seed): [0, 10, 20, 30, 40] for algo in ("impact", "rllib_appo") for seed in (100, 101, 102)}
+    peer_machine = machine_description()
+    peer_machine["software"] = {**peer_machine["software"], "gymnasium": "1.2.2", "ray": "2.60.0"}
+    changes = {key: {"max_seconds": 4.0, "steps": 100000000} for key in curves}
+    for seed in (100, 101, 102):
+        changes[("rllib_appo", seed)].update(stack="rllib", machine=peer_machine)
+    write_table(root / "data" / "p", "Env-v0", curves, changes)
+    points = read_csv(root / "data" / "p" / "Env-v0.csv")
+    for point in points:  # the peer's seed 101 collects slower: 750 steps per second of training
+        if (point.algo, point.seed) == ("rllib_appo", 101):
+            point.steps = 750 * int(point.wall_seconds)
+    write_csv(points, root / "data" / "p" / "Env-v0.csv")
+    tables_main(root)
+    page = (root / "docs" / "results.md").read_text()
+    assert "env steps per second of training |" in page
+    assert "| `impact` | 3 | 40.0 [40.0, 40.0] |" in page and page.count("| 1000 [1000, 1000] |") == 1
+    assert "| 1000 [750, 1000] |" in page  # the peer: 1000, 750, 1000 steps per second
+    assert "rllib's own environment: ray 2.60.0, gymnasium 1.2.2" in page
 
 
 def test_paired_ratios_are_against_the_baselines_own_steps_to_the_same_return():
