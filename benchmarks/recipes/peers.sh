@@ -18,7 +18,7 @@ fi
 export SB3_IMPACT_PEER_PYTHON="$PWD/$PEER_VENV/bin/python"
 WALL=(--first-seed 100 --seeds 3 --steps 100000000 --eval-episodes 10 --jobs 1)
 
-python -m benchmarks run --algos impact rllib_appo --env HalfCheetah-v5 "${WALL[@]}" --max-seconds 600 --eval-seconds 30 \
+python -m benchmarks run --algos impact rllib_appo --env HalfCheetah-v5 "${WALL[@]}" --max-seconds 600 --eval-seconds 60 \
     --out "$OUT/peers_appo_halfcheetah"
 python -m benchmarks run --algos impact rllib_appo --env BreakoutNoFrameskip-v4 "${WALL[@]}" --max-seconds 600 \
     --eval-seconds 60 --out "$OUT/peers_appo_breakout"
