@@ -21,6 +21,7 @@ Only the standard library, numpy and torch are imported at module level (this mo
 """
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -239,7 +240,7 @@ def run(spec: dict[str, Any]) -> list[dict[str, Any]]:
     eval_env = make_env(spec["env_id"], settings, whole_games=True)
     stack_frames = STACKED_FRAMES if settings.get("frame_stack") == "connector" else 0
     points: list[dict[str, Any]] = []
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         algo = build_algorithm(spec)
         module = algo.get_module()
