@@ -104,10 +104,18 @@ def test_a_hand_edited_block_fails_the_check_and_the_command_restores_it(tmp_pat
     curves = {("ppo", 100): [0, 5, 10, 20, 30], ("impact", 100): [0, 20, 30, 40, 50]}
     write_table(root / "data" / "x", "Env-v0", curves)
     tables_main(root)
+    # One seed of the protocol's three: the README row waits, the results page shows the seed.
+    assert (
+        "| X | Env-v0 | 4k steps | not yet re-measured under the protocol: 1 of 3 seeds so far | PPO | - | 1 |"
+        in (root / "README.md").read_text()
+    )
+    curves = {(algo, seed): values for (algo, _), values in curves.items() for seed in (100, 101, 102)}
+    write_table(root / "data" / "x", "Env-v0", curves)
+    tables_main(root)
     tables_main(root, "--check")
     readme = (root / "README.md").read_text()
-    assert "| X | Env-v0 | 4k steps | 50.0 | PPO 30.0 |" in readme
-    (root / "README.md").write_text(readme.replace("| 50.0 |", "| 55.0 |"))
+    assert "| X | Env-v0 | 4k steps | 50.0 [50.0, 50.0] | PPO 30.0 [30.0, 30.0] |" in readme
+    (root / "README.md").write_text(readme.replace("| 50.0 [50.0, 50.0] |", "| 55.0 [50.0, 50.0] |"))
     with pytest.raises(SystemExit, match="differ from what"):
         tables_main(root, "--check")
     tables_main(root)
