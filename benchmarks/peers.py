@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -93,21 +94,36 @@ def run_peer(spec: Any, python: str, torch_threads: int) -> list[dict[str, Any]]
                 start_new_session=True,
             )
             try:
-                returncode = process.wait()
+                _wait_unreaped(process)
             finally:
                 _stop_group(process)
+            returncode = process.wait()
         if returncode != 0 or not result_path.is_file():
             tail = log_path.read_text()[-3000:]
             raise RuntimeError(f"{spec.algo} exited with code {returncode}: {tail}")
         return json.loads(result_path.read_text())["points"]
 
 
+def _wait_unreaped(process: subprocess.Popen, timeout: float | None = None) -> bool:
+    """
+    Wait until ``process`` exits, without reaping it (its pid, and so its process group's id, stays reserved until
+    ``wait()``); False if ``timeout`` seconds pass first.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while os.waitid(os.P_PID, process.pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is None:
+        if deadline is not None and time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def _stop_group(process: subprocess.Popen) -> None:
-    """SIGINT to a still running peer's group, then SIGKILL to the group (what its Ray left behind too)."""
+    """
+    SIGINT to a still running peer's group and :data:`STOP_GRACE_SECONDS` for it to exit, then SIGKILL to the
+    group (what its Ray left behind too), all before the peer is reaped, so that the group id is still its own.
+    """
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        if process.poll() is None:
+        if not _wait_unreaped(process, timeout=0):
             os.killpg(process.pid, signal.SIGINT)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(timeout=STOP_GRACE_SECONDS)
+            _wait_unreaped(process, timeout=STOP_GRACE_SECONDS)
         os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
