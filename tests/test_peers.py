@@ -101,16 +101,19 @@ def test_a_peer_without_its_environment_or_settings_is_refused_before_any_run(tm
     assert not list(tmp_path.iterdir())
 
 
-def test_ctrl_c_stops_a_peer_and_everything_it_started(tmp_path, monkeypatch):
+def test_ctrl_c_stops_a_peer_and_everything_it_started(tmp_path, monkeypatch, request):
     """Ctrl-C while the peer runs: its process group (Ray's processes included) is stopped, the interrupt goes on."""
     pids_file = tmp_path / "pids"
     monkeypatch.setenv("PEER_STAND_IN", "hang")
     monkeypatch.setenv("PEER_STAND_IN_PIDS", str(pids_file))
     monkeypatch.setattr(peers, "STOP_GRACE_SECONDS", 2.0)
     spec = RunSpec("rllib_impala", "CartPole-v1", 100, 1000, peer_python=stand_in_python(tmp_path))
+    # A suite started in the background (``cmd &``) inherits SIGINT ignored; Ctrl-C in a terminal raises.
+    previous_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, previous_handler))
 
     def interrupt_once_started() -> None:  # Ctrl-C once the stand-in and its child run
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while not pids_file.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
         os.kill(os.getpid(), signal.SIGINT)
