@@ -1,7 +1,9 @@
 """
 Each recipe of benchmarks/recipes/ reproduces its table's format: its first line, run at a small budget, writes
-the files the results page's table comes from. The budget options are replaced (steps, seeds, seconds, workers),
-nothing else: the algorithms, variants, environments and recorders are the recipe's.
+the files the results page's table comes from. The budget options are replaced (steps, seeds, seconds, workers)
+and a ``run`` line trains on its first environment only (each further one is checked to be registered: every
+environment of a ``run`` line goes through the same code); nothing else changes: the algorithms, variants and
+recorders are the recipe's.
 """
 
 import importlib.util
@@ -32,8 +34,13 @@ NEEDS = {"HalfCheetah": "mujoco", "Hopper": "mujoco", "Walker2d": "mujoco", "NoF
 
 
 def first_command(recipe: Path) -> list[str]:
-    """The recipe's first ``python -m benchmarks`` line (continuations joined), as argv after ``-m benchmarks``."""
+    """
+    The recipe's first ``python -m benchmarks`` line (continuations joined), as argv after ``-m benchmarks``, with
+    the recipe's bash arrays (``WALL=(...)``, used as ``"${WALL[@]}"``) expanded.
+    """
     text = recipe.read_text().replace("\\\n", " ")
+    for name, items in re.findall(r"^(\w+)=\((.*)\)$", text, flags=re.MULTILINE):
+        text = text.replace(f'"${{{name}[@]}}"', items).replace(f"${{{name}[@]}}", items)
     for line in text.splitlines():
         if re.match(r"\s*(OMP_NUM_THREADS=\d+\s+)?python -m benchmarks ", line):
             return shlex.split(line.split("python -m benchmarks", 1)[1])
@@ -52,6 +59,8 @@ def with_small_budget(argv: list[str], out: Path) -> list[str]:
             index += 1
         if option == "--out":
             values = [str(out)]
+        elif option == "--env" and argv[0] == "run":
+            values = values[:1]
         elif option in small:
             values = small[option].split()
         result += [option, *values]
@@ -60,6 +69,29 @@ def with_small_budget(argv: list[str], out: Path) -> list[str]:
     if "--out" not in result:
         result += ["--out", str(out)]
     return result
+
+
+def env_ids(argv: list[str]) -> list[str]:
+    """The environment ids after ``--env`` in a ``run`` line."""
+    index = argv.index("--env") + 1
+    ids = []
+    while index < len(argv) and not argv[index].startswith("--"):
+        ids.append(argv[index])
+        index += 1
+    return ids
+
+
+def assert_registered(ids: list[str]) -> None:
+    """Each id is one the runner can make (rl-zoo3's tasks and the ALE's registered as the runner registers them)."""
+    import gymnasium as gym
+
+    from benchmarks.config import register_atari
+    from benchmarks.protocol import is_atari
+
+    if any(is_atari(env_id) for env_id in ids):
+        register_atari()
+    for env_id in ids:
+        gym.spec(env_id)  # raises gymnasium's NameNotFound / VersionNotFound naming the id
 
 
 @pytest.mark.timeout(660)  # past the command's own 600 s limit, which reports with its output (run_command)
@@ -72,6 +104,8 @@ def test_recipe_first_line_runs_at_a_small_budget(recipe, tmp_path):
             pytest.skip(f"{recipe.name} needs {module}")
     if "rllib_" in line and not Path(peer_python()).is_file():
         pytest.skip(f"{recipe.name} needs RLlib's environment (the recipe makes it; tests/test_peers.py covers the runner)")
+    if argv[0] == "run":
+        assert_registered(env_ids(argv))
     out = tmp_path / "out"
     env = {**os.environ, "OUT": str(tmp_path), "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "benchmarks", *with_small_budget(argv, out)]
