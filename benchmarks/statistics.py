@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 BOOTSTRAP_REPS = 2000
-IMPROVEMENT_REPS = 1000  # rliable's Mann-Whitney statistic per resample is slower than the IQM's
+IMPROVEMENT_REPS = 1000
 CONFIDENCE = 0.95
 
 
@@ -72,6 +72,17 @@ def iqm_with_interval(scores: np.ndarray | list) -> dict[str, float] | None:
     return {"iqm": point, "low": float(low), "high": float(high)}
 
 
+def pairwise_improvement(scores_x: np.ndarray, scores_y: np.ndarray) -> float:
+    """
+    rliable's ``metrics.probability_of_improvement`` in one vectorised expression: per task the Mann-Whitney U of
+    x over y divided by the number of pairs, i.e. the share of (x, y) run pairs with x > y, ties counting half;
+    averaged over tasks. rliable computes it with one ``scipy.stats.mannwhitneyu`` call per task and resample
+    (7 s for a table's 1000 resamples); this gives the same numbers (tests/test_statistics.py) in milliseconds.
+    """
+    difference = scores_x[:, None, :] - scores_y[None, :, :]  # runs of x, runs of y, tasks
+    return float(np.mean((difference > 0) + 0.5 * (difference == 0), axis=(0, 1)).mean())
+
+
 def probability_of_improvement(ours: np.ndarray | list, baseline: np.ndarray | list) -> dict[str, float] | None:
     """
     P(X > Y): the probability that a run of ours scores above a run of the baseline on a task drawn at random
@@ -80,11 +91,10 @@ def probability_of_improvement(ours: np.ndarray | list, baseline: np.ndarray | l
     x, y = as_matrix(ours), as_matrix(baseline)
     if x.size == 0 or y.size == 0:
         return None
-    _, metrics = _rliable()
-    point = float(metrics.probability_of_improvement(x, y))
+    point = pairwise_improvement(x, y)
     if x.shape[0] == 1 and y.shape[0] == 1:
         return {"p": point, "low": point, "high": point}
-    _, intervals = _interval_estimates({"x,y": (x, y)}, metrics.probability_of_improvement, IMPROVEMENT_REPS)
+    _, intervals = _interval_estimates({"x,y": (x, y)}, pairwise_improvement, IMPROVEMENT_REPS)
     low, high = intervals["x,y"][:, 0]
     return {"p": point, "low": float(low), "high": float(high)}
 

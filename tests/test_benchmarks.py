@@ -247,6 +247,26 @@ def test_interquartile_mean_and_its_rliable_interval_against_a_direct_computatio
     assert spread([7.0, None, math.inf], interval=True)["iqm_ci95"] == [7.0, 7.0] and spread([None])["iqm"] is None
 
 
+def test_probability_of_improvement_is_rliables_with_its_interval(monkeypatch):
+    """The vectorised statistic gives rliable's Mann-Whitney figure, point and bootstrap interval, ties included."""
+    from rliable import metrics
+
+    from benchmarks import statistics
+
+    rng = np.random.default_rng(0)
+    for runs_x, runs_y, tasks in [(3, 3, 1), (5, 3, 4), (2, 7, 2)]:
+        x = rng.integers(0, 5, size=(runs_x, tasks)).astype(float)  # small integers: many ties
+        y = rng.integers(0, 5, size=(runs_y, tasks)).astype(float)
+        assert statistics.pairwise_improvement(x, y) == pytest.approx(metrics.probability_of_improvement(x, y))
+        assert statistics.pairwise_improvement(x, x) == pytest.approx(0.5)
+    monkeypatch.setattr(statistics, "IMPROVEMENT_REPS", 200)
+    x, y = rng.normal(1.0, 1.0, size=(5, 2)), rng.normal(0.0, 1.0, size=(4, 2))
+    ours = statistics.probability_of_improvement(x, y)
+    _, rliables = statistics._interval_estimates({"x,y": (x, y)}, metrics.probability_of_improvement, 200)
+    assert [ours["low"], ours["high"]] == pytest.approx(list(rliables["x,y"][:, 0]))
+    assert ours["p"] == pytest.approx(metrics.probability_of_improvement(x, y))
+
+
 def test_return_at_wall_checkpoints():
     points = curve("ppo", 0, [(0, 0), (1000, 10), (2000, 20), (3000, 30)], 0.1)  # 100 s per 1000 steps
     summary = threshold_summary(points, None, "ppo", wall_checkpoints=(150.0, 300.0, 400.0))

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from benchmarks import run as run_module
-from benchmarks import tables
+from benchmarks import statistics, tables
 from benchmarks.output import EvalPoint, machine_description, read_csv, write_csv
 from benchmarks.protocol import (
     ProtocolError,
@@ -245,7 +245,8 @@ def test_append_refuses_a_comparison_whose_kept_runs_differ_and_records_survive_
     assert len(summary["runs"]) == 2
 
 
-def test_an_atari_table_gives_human_normalised_scores_an_iqm_and_a_profile(tmp_path):
+def test_an_atari_table_gives_human_normalised_scores_an_iqm_and_a_profile(tmp_path, monkeypatch):
+    monkeypatch.setattr(statistics, "BOOTSTRAP_REPS", 100)  # the page's format is tested, not the intervals' precision
     games = ["QbertNoFrameskip-v4", "BreakoutNoFrameskip-v4"]
     root = repository(tmp_path, [entry("atari", games, kind="atari")], [
         {"algorithm": "PTR-PPO", "env": "Qbert, Breakout", "budget": "4k steps", "table": "atari", "algo": "ptr_ppo",
