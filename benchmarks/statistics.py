@@ -77,7 +77,7 @@ def pairwise_improvement(scores_x: np.ndarray, scores_y: np.ndarray) -> float:
     rliable's ``metrics.probability_of_improvement`` in one vectorised expression: per task the Mann-Whitney U of
     x over y divided by the number of pairs, i.e. the share of (x, y) run pairs with x > y, ties counting half;
     averaged over tasks. rliable computes it with one ``scipy.stats.mannwhitneyu`` call per task and resample
-    (7 s for a table's 1000 resamples); this gives the same numbers (tests/test_statistics.py) in milliseconds.
+    (7 s for a table's 1000 resamples); this gives the same numbers (tests/test_benchmarks.py) in milliseconds.
     """
     difference = scores_x[:, None, :] - scores_y[None, :, :]  # runs of x, runs of y, tasks
     return float(np.mean((difference > 0) + 0.5 * (difference == 0), axis=(0, 1)).mean())

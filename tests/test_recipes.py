@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import run as run_module
 from benchmarks.peers import peer_python
 from tests.commands import run_command
 
@@ -71,16 +72,6 @@ def with_small_budget(argv: list[str], out: Path) -> list[str]:
     return result
 
 
-def env_ids(argv: list[str]) -> list[str]:
-    """The environment ids after ``--env`` in a ``run`` line."""
-    index = argv.index("--env") + 1
-    ids = []
-    while index < len(argv) and not argv[index].startswith("--"):
-        ids.append(argv[index])
-        index += 1
-    return ids
-
-
 def assert_registered(ids: list[str]) -> None:
     """Each id is one the runner can make (rl-zoo3's tasks and the ALE's registered as the runner registers them)."""
     import gymnasium as gym
@@ -105,7 +96,7 @@ def test_recipe_first_line_runs_at_a_small_budget(recipe, tmp_path):
     if "rllib_" in line and not Path(peer_python()).is_file():
         pytest.skip(f"{recipe.name} needs RLlib's environment (the recipe makes it; tests/test_peers.py covers the runner)")
     if argv[0] == "run":
-        assert_registered(env_ids(argv))
+        assert_registered(run_module.parse_args(argv[1:]).envs)  # the runner's own reading of the line
     out = tmp_path / "out"
     env = {**os.environ, "OUT": str(tmp_path), "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "benchmarks", *with_small_budget(argv, out)]
