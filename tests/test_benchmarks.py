@@ -267,6 +267,24 @@ def test_probability_of_improvement_is_rliables_with_its_interval(monkeypatch):
     assert ours["p"] == pytest.approx(metrics.probability_of_improvement(x, y))
 
 
+def test_pooled_iqm_is_rliables_with_its_interval(monkeypatch):
+    """The IQM used inside the bootstrap is rliable's aggregate IQM to the last bit, and so is its interval."""
+    from rliable import metrics
+
+    from benchmarks import statistics
+
+    rng = np.random.default_rng(0)
+    for shape in [(1, 1), (2, 1), (3, 1), (5, 4), (7, 3), (10, 2)]:
+        matrix = rng.normal(size=shape) * 100
+        matrix[0, 0] = matrix.flat[-1]  # a tie
+        assert statistics.pooled_iqm(matrix) == metrics.aggregate_iqm(matrix)
+    monkeypatch.setattr(statistics, "BOOTSTRAP_REPS", 200)
+    matrix = rng.normal(size=(5, 3))
+    ours = statistics.iqm_with_interval(matrix)
+    _, rliables = statistics._interval_estimates({"x": matrix}, lambda x: np.array([metrics.aggregate_iqm(x)]), 200)
+    assert [ours["low"], ours["high"]] == list(rliables["x"][:, 0])
+
+
 def test_return_at_wall_checkpoints():
     points = curve("ppo", 0, [(0, 0), (1000, 10), (2000, 20), (3000, 30)], 0.1)  # 100 s per 1000 steps
     summary = threshold_summary(points, None, "ppo", wall_checkpoints=(150.0, 300.0, 400.0))
