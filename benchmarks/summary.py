@@ -2,6 +2,7 @@
 interquartile mean with its stratified-bootstrap interval (rliable), returns at wall-time checkpoints, the time and
 steps to a return paired by seed against the baseline's own, the probability of improvement over the baseline."""
 
+import math
 from typing import Any
 
 import numpy as np
@@ -71,6 +72,27 @@ def time_to_return(run: list[EvalPoint], target: float, step_budget: int | None 
     return (last.steps, last.wall_seconds, True) if last else (0, 0.0, True)
 
 
+def median_bounds(per_seed: list[dict[str, Any]], key: str) -> list[float | None] | None:
+    """
+    Where the median of the paired ratios ``key`` can lie when seeds are censored: a seed of ours that never got
+    there has a ratio of at least its value, one whose baseline never got there a ratio of at most its value, and
+    one where neither did any ratio. The median lies between the median of the lowest ratios the seeds allow and
+    the median of the highest: ``[low, high]``, equal where the censored seeds cannot move it, ``high`` None where it
+    is unbounded. None without ratios.
+    """
+    lows, highs = [], []
+    for entry in per_seed:
+        ratio = entry[key]
+        if ratio is None:
+            continue
+        lows.append(0.0 if entry["baseline_censored"] else ratio)
+        highs.append(math.inf if entry["censored"] else ratio)
+    if not lows:
+        return None
+    high = float(np.median(highs))
+    return [float(np.median(lows)), None if math.isinf(high) else high]
+
+
 def paired_to_return(
     by_run: dict[tuple[str, int, str], list[EvalPoint]], algo: str, baseline: str, target: float, step_budget: int | None
 ) -> dict[str, Any]:
@@ -104,6 +126,8 @@ def paired_to_return(
         "per_seed": per_seed,
         "steps_ratio": spread([entry["steps_ratio"] for entry in per_seed]),
         "wall_ratio": spread([entry["wall_ratio"] for entry in per_seed]),
+        "steps_ratio_median_bounds": median_bounds(per_seed, "steps_ratio"),
+        "wall_ratio_median_bounds": median_bounds(per_seed, "wall_ratio"),
         "censored": sum(entry["censored"] for entry in per_seed),
         "baseline_censored": sum(entry["baseline_censored"] for entry in per_seed),
     }

@@ -192,12 +192,28 @@ def relative(page: str, target: str) -> str:
     return "../" * depth + target
 
 
+def median_cell(median: float, bounds: list[float | None] | None) -> str:
+    """The median ratio, or the bound the censored seeds leave of it (``bounds``: ``[low, high]``, high None: none)."""
+    if not bounds or bounds[0] == bounds[1]:
+        return f"{median:.2f}"
+    low, high = bounds
+    if high is None:
+        return f">= {low:.2f}"
+    return f"<= {high:.2f}" if low == 0 else f"{low:.2f} to {high:.2f}"
+
+
 def ratio_cell(paired: dict[str, Any], key: str) -> str:
-    """``median [min, max]`` of the paired ratios, with the seeds that never got there (censored) counted."""
+    """
+    ``median [min, max]`` of the paired ratios, with the seeds that never got there (censored) counted. Where the
+    censored seeds leave the median undetermined (:func:`benchmarks.summary.median_bounds`) the median is given as
+    the bound it is: ``>= 0.09`` (ours never got there in most seeds), ``<= 0.40`` (the baseline did not), or
+    ``0.09 to 0.40``.
+    """
     stats = paired[key]
     if stats["n"] == 0:
         return "-"
-    text = f"{stats['median']:.2f}" if stats["n"] == 1 else f"{stats['median']:.2f} [{stats['min']:.2f}, {stats['max']:.2f}]"
+    median = median_cell(stats["median"], paired.get(f"{key}_median_bounds"))
+    text = median if stats["n"] == 1 else f"{median} [{stats['min']:.2f}, {stats['max']:.2f}]"
     notes = []
     if paired["censored"]:
         notes.append(f"ours censored in {paired['censored']}")

@@ -164,6 +164,27 @@ def test_an_equal_time_table_with_a_peer_gives_each_sides_steps_per_second_and_t
     assert "rllib's own environment: ray 2.60.0, gymnasium 1.2.2" in page
 
 
+def test_a_median_the_censored_seeds_leave_undetermined_is_given_as_the_bound_it_is():
+    """Ours censored: the ratio is at least its value; the baseline censored: at most; both: anything."""
+    from benchmarks.summary import median_bounds
+    from benchmarks.tables import median_cell
+
+    def seeds(*entries):
+        return [{"r": ratio, "censored": ours, "baseline_censored": base} for ratio, ours, base in entries]
+
+    exact = seeds((0.3, False, False), (0.5, False, False), (0.4, False, False))
+    assert median_bounds(exact, "r") == [0.4, 0.4] and median_cell(0.4, [0.4, 0.4]) == "0.40"
+    moved_nowhere = seeds((0.3, False, False), (2.0, True, False), (0.1, False, True))  # 0.3 whatever they hide
+    assert median_bounds(moved_nowhere, "r") == [0.3, 0.3]
+    ours_never = seeds((0.08, True, False), (0.09, True, False), (0.12, False, False))
+    assert median_bounds(ours_never, "r") == [0.09, None] and median_cell(0.09, [0.09, None]) == ">= 0.09"
+    baseline_never = seeds((0.27, False, True), (0.45, False, True), (0.44, False, False))
+    assert median_bounds(baseline_never, "r") == [0.0, 0.44] and median_cell(0.44, [0.0, 0.44]) == "<= 0.44"
+    one_each_way = seeds((0.27, False, False), (0.45, False, True), (0.44, False, False))
+    assert median_bounds(one_each_way, "r") == [0.27, 0.44] and median_cell(0.44, [0.27, 0.44]) == "0.27 to 0.44"
+    assert median_bounds(seeds((1.0, True, True)), "r") == [0.0, None] and median_bounds([], "r") is None
+
+
 def test_paired_ratios_are_against_the_baselines_own_steps_to_the_same_return():
     by_run = {
         ("ppo", 100, "m"): [EvalPoint("ppo", "E", 100, s, s / 1000, r, 0) for s, r in [(0, 0), (1000, 5), (2000, 10)]],
