@@ -114,6 +114,16 @@ class Table:
     def measured(self) -> bool:
         return bool(self.points)
 
+    @property
+    def alone(self) -> bool:
+        """
+        Whether the runs had the machine to themselves, so that their training times compare: the manifest's
+        ``alone``, by default true for a wall-clock budget and false for a step budget (step-based runs may share
+        the machine, the protocol says). A table whose runs shared it reports no time ratio.
+        """
+        first = next(record for records in self.records.values() for record in records)
+        return bool(self.entry.get("alone", bool(first.get("max_seconds"))))
+
     def summary(self, env: str) -> dict[str, Any]:
         """The env's statistics (``threshold_summary``) at the runs' budget, with the published target (computed once)."""
         if env not in self._summaries:
@@ -159,7 +169,7 @@ class Table:
         )
         machine = first["machine"]
         # Step-based runs may share the machine with other invocations (the protocol); wall-clock runs do not.
-        shared = " (step-based: other invocations may run beside it)" if not first.get("max_seconds") else " (alone)"
+        shared = " (alone)" if self.alone else " (step-based: other invocations may run beside it, so no time ratio)"
         software = machine.get("software", {})
         versions = ", ".join(
             f"{name} {software.get(name)}" for name in ("torch", "stable_baselines3", "gymnasium") if software
@@ -256,9 +266,10 @@ def comparison_table(table: Table) -> str:
         targets = summary.get("targets", {})
         speeds = table.steps_per_second(env) if table.records[env][0].get("max_seconds") else None
         header = ["algo", "seeds", "return at the budget", "IQM [95% CI]", f"P(better than {table.baseline}) [95% CI]"]
+        measures = ["steps", "wall"] if table.alone else ["steps"]
         for name, target in targets.items():
             label = f"{table.baseline}'s median {score(target)}" if name == "baseline_median" else f"published {score(target)}"
-            header += [f"steps to {label}: ratio", f"time to {label}: ratio"]
+            header += [f"{'steps' if measure == 'steps' else 'time'} to {label}: ratio" for measure in measures]
         if speeds is not None:  # equal training time: how fast each collects is half of the story
             header.append("env steps per second of training")
         lines += [f"**{env}**", "", "| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
@@ -268,21 +279,18 @@ def comparison_table(table: Table) -> str:
             row.append("-" if algo == table.baseline else probability_cell(entry.get("improvement_vs_baseline")))
             for name in targets:
                 paired = entry.get("to_return", {}).get(name)
-                row += (
-                    ["(baseline)", "(baseline)"]
-                    if paired is None
-                    else [ratio_cell(paired, "steps_ratio"), ratio_cell(paired, "wall_ratio")]
-                )
+                row += ["(baseline)" if paired is None else ratio_cell(paired, f"{measure}_ratio") for measure in measures]
             if speeds is not None:
                 row.append(spread_cell(speeds.get(algo, []), digits=0))
             lines.append("| " + " | ".join(row) + " |")
-        lines += ["", per_seed_lines(summary, table.baseline), ""]
+        lines += ["", per_seed_lines(summary, table.baseline, with_seconds=table.alone), ""]
     lines.append(table.settings_line())
     return "\n".join(lines).rstrip() + "\n"
 
 
-def per_seed_lines(summary: dict[str, Any], baseline: str) -> str:
-    """Each seed's return at the budget and its steps and seconds to the baseline's median (c: censored)."""
+def per_seed_lines(summary: dict[str, Any], baseline: str, with_seconds: bool = True) -> str:
+    """Each seed's return at the budget and its steps (and ``with_seconds``, seconds) to the baseline's median
+    (c: censored)."""
     cells = []
     for algo, entry in sorted(summary["algos"].items(), key=lambda item: (item[0] != baseline, item[0])):
         values = entry.get("budget_eval_mean", entry["final_eval_mean"])
@@ -292,8 +300,8 @@ def per_seed_lines(summary: dict[str, Any], baseline: str) -> str:
         if paired:
             steps = ", ".join(
                 f"{item['seed']}: {item['steps']}{'c' if item['censored'] else ''} / {item['baseline_steps']}"
-                f"{'c' if item['baseline_censored'] else ''} steps, {item['wall_seconds']:.0f} / "
-                f"{item['baseline_wall_seconds']:.0f} s"
+                f"{'c' if item['baseline_censored'] else ''} steps"
+                + (f", {item['wall_seconds']:.0f} / {item['baseline_wall_seconds']:.0f} s" if with_seconds else "")
                 for item in paired["per_seed"]
             )
             cells.append(
@@ -410,6 +418,11 @@ def comparison_row(table: "Table", row: dict[str, Any]) -> list[str]:
     target_name = row.get("target", "baseline_median")
     paired = entry.get("to_return", {}).get(target_name)
     measure = row.get("measure", "steps")
+    if measure == "wall" and not table.alone:
+        raise ProtocolError(
+            f"README row {row['algorithm']} {row['env']}: a time ratio from table {table.name}, whose "
+            "runs shared the machine (step-based); measure its steps, or run it alone (alone: true)"
+        )
     ratio = ratio_cell(paired, f"{measure}_ratio") if paired else "-"
     target = summary["targets"].get(target_name)
     return [

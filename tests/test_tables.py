@@ -164,6 +164,30 @@ def test_an_equal_time_table_with_a_peer_gives_each_sides_steps_per_second_and_t
     assert "rllib's own environment: ray 2.60.0, gymnasium 1.2.2" in page
 
 
+def test_a_table_whose_runs_shared_the_machine_reports_no_time_ratio(tmp_path):
+    """Step-based runs may share the machine (the protocol), so their training times do not compare: no time
+    column, no seconds per seed, and a README row that asks for their time ratio is refused. ``alone: true`` (runs
+    of a step budget that had the machine to themselves) keeps them."""
+    curves = {(algo, seed): [0, 10, 20, 30, 40] for algo in ("ppo", "impact") for seed in (100, 101, 102)}
+    row = {"algorithm": "X", "env": "Env-v0", "budget": "4k steps", "table": "x", "algo": "impact", "against": "PPO"}
+    root = repository(tmp_path / "shared", [entry("x", ["Env-v0"])], [{**row, "measure": "steps"}])
+    write_table(root / "data" / "x", "Env-v0", curves)
+    tables_main(root)
+    page = (root / "docs" / "results.md").read_text()
+    assert "steps to ppo's median 40.0: ratio |" in page and "time to" not in page
+    assert "100: 4000 / 4000 steps," in page and " s," not in page and "so no time ratio" in page
+    root = repository(tmp_path / "refused", [entry("x", ["Env-v0"])], [{**row, "measure": "wall"}])
+    write_table(root / "data" / "x", "Env-v0", curves)
+    with pytest.raises(SystemExit, match="a time ratio from table x, whose runs shared the machine"):
+        tables_main(root)
+    root = repository(tmp_path / "alone", [entry("x", ["Env-v0"], alone=True)], [{**row, "measure": "wall"}])
+    write_table(root / "data" / "x", "Env-v0", curves)
+    tables_main(root)
+    page = (root / "docs" / "results.md").read_text()
+    assert "time to ppo's median 40.0: ratio |" in page and "100: 4000 / 4000 steps, 4 / 4 s" in page
+    assert "(alone)" in page and "| 1.00 [1.00, 1.00] the time to 40.0 |" in page
+
+
 def test_a_median_the_censored_seeds_leave_undetermined_is_given_as_the_bound_it_is():
     """Ours censored: the ratio is at least its value; the baseline censored: at most; both: anything."""
     from benchmarks.summary import median_bounds
