@@ -97,8 +97,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--summarize", action="store_true",
                         help="run nothing: rewrite ENV.json and ENV.png from the rows in --out/ENV.csv")  # fmt: skip
     parser.add_argument("--merge", nargs="+", type=Path, default=[], metavar="DIR",
-                        help="run nothing: add the runs in DIR/ENV.csv (side-by-side invocations' --out) to "
-                        "--out/ENV.csv, then rewrite ENV.json and ENV.png as --summarize does")  # fmt: skip
+                        help="run nothing: add the --algos' runs in DIR/ENV.csv (side-by-side invocations' --out) "
+                        "to --out/ENV.csv, then rewrite ENV.json and ENV.png as --summarize does")  # fmt: skip
     parser.add_argument("--peer-python", default=None,
                         help="Python of RLlib's environment for the peers rllib_appo/rllib_impala (default: "
                         "$SB3_IMPACT_PEER_PYTHON or .venv-rllib/bin/python; made by benchmarks/recipes/peers.sh)")  # fmt: skip
@@ -335,8 +335,9 @@ def kept_points(args: argparse.Namespace, specs: list[RunSpec]) -> tuple[dict[st
 
 def merged_points(args: argparse.Namespace, env: str) -> tuple[list[EvalPoint], dict | None, dict]:
     """
-    ``--merge``: the runs of ``--out``'s ENV.csv, then of each ``--merge`` folder's, one run per (algo, seed):
-    a later folder's run replaces an earlier one unless it failed where the earlier one finished. Returns the rows,
+    ``--merge``: the runs of ``--out``'s ENV.csv, then those of ``--algos`` in each ``--merge`` folder's (a folder
+    may hold other algorithms' runs, such as a baseline table's other variants), one run per (algo, seed): a later
+    folder's run replaces an earlier one unless it failed where the earlier one finished. Returns the rows,
     the machine the JSON will record (each folder's JSON ``machine`` as a sitting) and the kept runs' records.
     Raises :class:`ProtocolError` where the merged table compares algorithms across machines, software or settings.
     """
@@ -351,7 +352,8 @@ def merged_points(args: argparse.Namespace, env: str) -> tuple[list[EvalPoint], 
             raise ValueError(f"--merge: {csv_path} does not exist")
         folder_runs: dict[tuple[str, int], list[EvalPoint]] = {}
         for point in read_csv(csv_path):
-            folder_runs.setdefault((point.algo, point.seed), []).append(point)
+            if folder == args.out or point.algo in args.algos:
+                folder_runs.setdefault((point.algo, point.seed), []).append(point)
         folder_records = read_run_records(folder, env)
         for key, points in folder_runs.items():
             failed = any(point.status == "failed" for point in points)

@@ -522,7 +522,7 @@ def test_merge_puts_side_by_side_invocations_into_one_table(tmp_path, capsys):
     out = table("out", [("ppo", 0, 10.0, "ok"), ("impact", 0, 20.0, "ok"), ("impact", 1, 5.0, "ok")], current)
     # a rerun of impact seed 1 that finished, a run killed before it finished, one that failed where out finished
     side_a = table("a", [("impact", 1, 30.0, "ok"), ("ppo", 1, math.nan, "failed")], current)
-    side_b = table("b", [("ppo", 1, 12.0, "ok"), ("impact", 0, math.nan, "failed")], current)
+    side_b = table("b", [("ppo", 1, 12.0, "ok"), ("impact", 0, math.nan, "failed"), ("a2c", 0, 9.0, "ok")], current)
     argv = ["--algos", "ppo", "impact", "--env", "CartPole-v1", "--seeds", "2", "--steps", "1000", "--out", str(out)]
     run_module.main([*argv, "--merge", str(side_a), str(side_b)])
     rows = {(point.algo, point.seed): (point.eval_mean, point.status) for point in read_csv(out / "CartPole-v1.csv")}
@@ -531,7 +531,7 @@ def test_merge_puts_side_by_side_invocations_into_one_table(tmp_path, capsys):
         ("impact", 0): (20.0, "ok"),
         ("impact", 1): (30.0, "ok"),
         ("ppo", 1): (12.0, "ok"),
-    }
+    }  # not a2c's run: it is not one of --algos
     summary = json.loads((out / "CartPole-v1.json").read_text())
     assert summary["seeds"] == [0, 1] and summary["machine"] == current and "warning" not in capsys.readouterr().err
     assert summary["algos"]["impact"]["final_eval"]["median"] == 25.0 and (out / "CartPole-v1.png").is_file()
