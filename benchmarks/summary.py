@@ -6,10 +6,9 @@ import math
 from typing import Any
 
 import numpy as np
-import scipy.stats
 
 from benchmarks.output import EvalPoint
-from benchmarks.statistics import iqm_with_interval, probability_of_improvement
+from benchmarks.statistics import iqm_with_interval, pooled_iqm, probability_of_improvement
 
 # Default "solved" thresholds (rl-zoo3 / gymnasium reward thresholds); --threshold overrides, other envs get none.
 THRESHOLDS = {
@@ -32,9 +31,9 @@ def first_reaching(points: list[EvalPoint], threshold: float | None) -> EvalPoin
     return next((p for p in points if p.status == "ok" and p.steps > 0 and p.eval_mean >= threshold), None)
 
 
-def interquartile_mean(values: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Mean of the middle 50% of ``values`` (25% cut from each end, as rliable does)."""
-    return scipy.stats.trim_mean(values, 0.25, axis=axis)
+def interquartile_mean(values: np.ndarray) -> float:
+    """Mean of the middle 50% of ``values`` (25% cut from each end, as rliable does: :func:`pooled_iqm`)."""
+    return pooled_iqm(values)
 
 
 def spread(values: list[float | None], interval: bool = False) -> dict[str, Any]:
