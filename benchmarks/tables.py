@@ -25,6 +25,9 @@ Kinds:
   performance profile (``profile.png`` in the data folder).
 - ``evaluations``: every run's evaluations, a row per algo and seed.
 
+The manifest's ``labels`` give an algo whose spec is long (its settings in brackets) a short name for the pages;
+each table says, below it, what its labels stand for.
+
 The manifest's ``measurements`` are tables of cost and speed, not returns, each from JSON files that a benchmark
 wrote (``data``: a list of files), with the command and machine they record:
 
@@ -40,6 +43,7 @@ import difflib
 import json
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -74,14 +78,19 @@ def load_manifest(path: Path = MANIFEST) -> dict[str, Any]:
     duplicated = sorted({name for name in names if names.count(name) > 1})
     if duplicated:
         raise ProtocolError(f"{path}: tables named more than once: {duplicated}")
+    labels = list(manifest.get("labels", {}).values())
+    shared = sorted({label for label in labels if labels.count(label) > 1})
+    if shared:
+        raise ProtocolError(f"{path}: labels given to more than one algo: {shared}")
     return manifest
 
 
 class Table:
     """One manifest entry with its runs, read and checked against the protocol."""
 
-    def __init__(self, entry: dict[str, Any], root: Path) -> None:
+    def __init__(self, entry: dict[str, Any], root: Path, labels: dict[str, str] | None = None) -> None:
         self.entry = entry
+        self.labels = labels or {}
         self.name: str = entry["name"]
         self.kind: str = entry.get("kind", "comparison")
         self.baseline: str = entry["baseline"]
@@ -109,6 +118,15 @@ class Table:
     def link(self, target: str) -> str:
         """``target`` (relative to the repository) as a link from the table's page."""
         return relative(self.entry["page"], target)
+
+    def label(self, algo: str) -> str:
+        """How the pages name ``algo``: the manifest's label for it, else the algo as the runs have it."""
+        return self.labels.get(algo, algo)
+
+    def legend(self, algos: list[str]) -> str:
+        """What each label of ``algos`` stands for (empty where none has a label)."""
+        named = [f"`{self.labels[algo]}` is `{algo}`" for algo in sorted(set(algos)) if algo in self.labels]
+        return ("Labels: " + "; ".join(named) + ".") if named else ""
 
     @property
     def measured(self) -> bool:
@@ -208,7 +226,7 @@ def median_cell(median: float, bounds: list[float | None] | None) -> str:
         return f"{median:.2f}"
     low, high = bounds
     if high is None:
-        return f">= {low:.2f}"
+        return f">= {low:.2f}" if low > 0 else "undetermined"
     return f"<= {high:.2f}" if low == 0 else f"{low:.2f} to {high:.2f}"
 
 
@@ -216,14 +234,15 @@ def ratio_cell(paired: dict[str, Any], key: str) -> str:
     """
     ``median [min, max]`` of the paired ratios, with the seeds that never got there (censored) counted. Where the
     censored seeds leave the median undetermined (:func:`benchmarks.summary.median_bounds`) the median is given as
-    the bound it is: ``>= 0.09`` (ours never got there in most seeds), ``<= 0.40`` (the baseline did not), or
-    ``0.09 to 0.40``.
+    the bound it is: ``>= 0.09`` (ours never got there in most seeds), ``<= 0.40`` (the baseline did not),
+    ``0.09 to 0.40``, or ``undetermined`` (neither did, in most seeds).
     """
     stats = paired[key]
     if stats["n"] == 0:
         return "-"
     median = median_cell(stats["median"], paired.get(f"{key}_median_bounds"))
-    text = median if stats["n"] == 1 else f"{median} [{stats['min']:.2f}, {stats['max']:.2f}]"
+    # a spread of ratios that bound nothing (neither side got there) would read as a measurement: left out
+    text = median if stats["n"] == 1 or median == "undetermined" else f"{median} [{stats['min']:.2f}, {stats['max']:.2f}]"
     notes = []
     if paired["censored"]:
         notes.append(f"ours censored in {paired['censored']}")
@@ -265,17 +284,18 @@ def comparison_table(table: Table) -> str:
         summary = table.summary(env)
         targets = summary.get("targets", {})
         speeds = table.steps_per_second(env) if table.records[env][0].get("max_seconds") else None
-        header = ["algo", "seeds", "return at the budget", "IQM [95% CI]", f"P(better than {table.baseline}) [95% CI]"]
+        baseline = table.label(table.baseline)
+        header = ["algo", "seeds", "return at the budget", "IQM [95% CI]", f"P(better than {baseline}) [95% CI]"]
         measures = ["steps", "wall"] if table.alone else ["steps"]
         for name, target in targets.items():
-            label = f"{table.baseline}'s median {score(target)}" if name == "baseline_median" else f"published {score(target)}"
+            label = f"{baseline}'s median {score(target)}" if name == "baseline_median" else f"published {score(target)}"
             header += [f"{'steps' if measure == 'steps' else 'time'} to {label}: ratio" for measure in measures]
         if speeds is not None:  # equal training time: how fast each collects is half of the story
             header.append("env steps per second of training")
         lines += [f"**{env}**", "", "| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
         for algo, entry in sorted(summary["algos"].items(), key=lambda item: (item[0] != table.baseline, item[0])):
             returns = compared(entry)
-            row = [f"`{algo}`", str(len(entry["seeds"])), return_cell(returns), iqm_cell(returns)]
+            row = [f"`{table.label(algo)}`", str(len(entry["seeds"])), return_cell(returns), iqm_cell(returns)]
             row.append("-" if algo == table.baseline else probability_cell(entry.get("improvement_vs_baseline")))
             for name in targets:
                 paired = entry.get("to_return", {}).get(name)
@@ -283,19 +303,23 @@ def comparison_table(table: Table) -> str:
             if speeds is not None:
                 row.append(spread_cell(speeds.get(algo, []), digits=0))
             lines.append("| " + " | ".join(row) + " |")
-        lines += ["", per_seed_lines(summary, table.baseline, with_seconds=table.alone), ""]
+        lines += ["", per_seed_lines(summary, table.baseline, with_seconds=table.alone, label=table.label), ""]
+    legend = table.legend([algo for env in table.points for algo in table.summary(env)["algos"]])
+    lines += [legend, ""] if legend else []
     lines.append(table.settings_line())
     return "\n".join(lines).rstrip() + "\n"
 
 
-def per_seed_lines(summary: dict[str, Any], baseline: str, with_seconds: bool = True) -> str:
+def per_seed_lines(
+    summary: dict[str, Any], baseline: str, with_seconds: bool = True, label: Callable[[str], str] = str
+) -> str:
     """Each seed's return at the budget and its steps (and ``with_seconds``, seconds) to the baseline's median
-    (c: censored)."""
+    (c: censored); ``label`` names an algo."""
     cells = []
     for algo, entry in sorted(summary["algos"].items(), key=lambda item: (item[0] != baseline, item[0])):
         values = entry.get("budget_eval_mean", entry["final_eval_mean"])
         returns = ", ".join(f"{seed}: {score(value)}" for seed, value in zip(entry["seeds"], values, strict=True))
-        cells.append(f"`{algo}` {returns}")
+        cells.append(f"`{label(algo)}` {returns}")
         paired = entry.get("to_return", {}).get("baseline_median")
         if paired:
             steps = ", ".join(
@@ -305,7 +329,8 @@ def per_seed_lines(summary: dict[str, Any], baseline: str, with_seconds: bool = 
                 for item in paired["per_seed"]
             )
             cells.append(
-                f"`{algo}` to the baseline's median, ours / baseline's (c: never got there, counted at the budget): {steps}"
+                f"`{label(algo)}` to the baseline's median, ours / baseline's (c: never got there, counted at the "
+                f"budget): {steps}"
             )
     return "Per seed: " + "; ".join(cells) + "."
 
@@ -326,7 +351,8 @@ def atari_table(table: Table, write_files: bool) -> str:
     games = [env for env in table.envs if env in table.points]
     scores = {env: run_scores(table.summary(env)) for env in games}
     algos = sorted({algo for by_algo in scores.values() for algo in by_algo}, key=lambda algo: (algo != table.baseline, algo))
-    header = ["game", *(f"`{algo}` return" for algo in algos), *(f"`{algo}` human-normalised" for algo in algos), "seeds"]
+    names = [table.label(algo) for algo in algos]
+    header = ["game", *(f"`{name}` return" for name in names), *(f"`{name}` human-normalised" for name in names), "seeds"]
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     for env in table.envs:
         if env not in scores:
@@ -343,7 +369,7 @@ def atari_table(table: Table, write_files: bool) -> str:
     lines.append("")
     if complete:
         matrices = {algo: normalised_matrix(scores, complete, algo) for algo in algos}
-        aggregate = [f"`{algo}` {iqm_text(iqm_with_interval(matrix))}" for algo, matrix in matrices.items()]
+        aggregate = [f"`{table.label(algo)}` {iqm_text(iqm_with_interval(matrix))}" for algo, matrix in matrices.items()]
         lines.append(
             f"IQM of human-normalised scores over the games with 3 seeds or more ({', '.join(map(atari_game, complete))}): "
             + "; ".join(aggregate)
@@ -352,12 +378,18 @@ def atari_table(table: Table, write_files: bool) -> str:
         for algo in algos:
             if algo != table.baseline:
                 estimate = probability_of_improvement(matrices[algo], matrices[table.baseline])
-                lines.append(f"P(`{algo}` better than `{table.baseline}`) over those games: {probability_cell(estimate)}.")
+                lines.append(
+                    f"P(`{table.label(algo)}` better than `{table.label(table.baseline)}`) over those games: "
+                    f"{probability_cell(estimate)}."
+                )
         if write_files:
-            plot_performance_profiles(matrices, table.folder / "profile.png", "human-normalised score (tau)")
+            labelled = {table.label(algo): matrix for algo, matrix in matrices.items()}
+            plot_performance_profiles(labelled, table.folder / "profile.png", "human-normalised score (tau)")
         lines.append(f"Performance profile: [profile.png]({table.link(str(Path(table.entry['data']) / 'profile.png'))}).")
     else:
         lines.append("No game has 3 seeds of every algorithm yet: no aggregate across games.")
+    legend = table.legend(algos)
+    lines += ["", legend] if legend else []
     lines += ["", table.settings_line()] if games else ["", f"Recipe: {table.entry['recipe']}."]
     return "\n".join(lines).rstrip() + "\n"
 
@@ -540,7 +572,8 @@ MEASUREMENT_KINDS = {"throughput": throughput_table, "step_cost": step_cost_tabl
 
 def render_blocks(manifest: dict[str, Any], root: Path, write_files: bool) -> dict[str, dict[str, str]]:
     """Per page, each block's generated text."""
-    tables = {entry["name"]: Table(entry, root) for entry in manifest["tables"]}
+    labels = manifest.get("labels", {})
+    tables = {entry["name"]: Table(entry, root, labels) for entry in manifest["tables"]}
     pages: dict[str, dict[str, str]] = {}
     for name, table in tables.items():
         if table.kind == "atari":

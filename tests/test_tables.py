@@ -68,9 +68,9 @@ def write_table(folder: Path, env: str, curves: dict[tuple[str, int], list[float
         write_run_record(folder, record(algo, env, seed, **changes.get((algo, seed), {})))
 
 
-def repository(tmp_path: Path, entries: list[dict], readme_rows: list[dict]) -> Path:
+def repository(tmp_path: Path, entries: list[dict], readme_rows: list[dict], labels: dict | None = None) -> Path:
     """A repository root with a manifest, the pages with their empty blocks, and the data folders' parents."""
-    manifest = {"tables": entries, "readme": readme_rows}
+    manifest = {"tables": entries, "readme": readme_rows, **({"labels": labels} if labels else {})}
     (tmp_path / "benchmarks").mkdir(parents=True, exist_ok=True)
     (tmp_path / "benchmarks" / "tables.yml").write_text(yaml.safe_dump(manifest))
     blocks = {"README.md": ["readme-results"], "docs/results.md": ["results-summary"]}
@@ -188,10 +188,31 @@ def test_a_table_whose_runs_shared_the_machine_reports_no_time_ratio(tmp_path):
     assert "(alone)" in page and "| 1.00 [1.00, 1.00] the time to 40.0 |" in page
 
 
+def test_a_long_algo_spec_is_shown_by_its_label_and_the_table_says_what_it_stands_for(tmp_path):
+    """An algo with its settings in brackets reads as the manifest's label, in the headers, rows and per-seed
+    lines; a line below the table gives the spec, and the run commands keep it. Two algos may not share a label."""
+    spec = "ppo[n_steps=2048,batch_size=64]"
+    curves = {(algo, seed): [0, 10, 20, 30, 40] for algo in (spec, "impact") for seed in (100, 101, 102)}
+    labels = {spec: "ppo (defaults)"}
+    root = repository(tmp_path / "labelled", [entry("x", ["Env-v0"], baseline=spec)], [], labels)
+    write_table(root / "data" / "x", "Env-v0", curves)
+    tables_main(root)
+    page = (root / "docs" / "results.md").read_text()
+    assert "P(better than ppo (defaults)) [95% CI] | steps to ppo (defaults)'s median 40.0: ratio |" in page
+    assert "| `ppo (defaults)` | 3 |" in page and "Per seed: `ppo (defaults)` 100: 40.0," in page
+    assert f"Labels: `ppo (defaults)` is `{spec}`." in page
+    assert not [line for line in page.splitlines() if spec in line and line.startswith(("|", "Per seed"))]
+    assert f"--algos {spec} --env Env-v0" in page  # the runs' commands keep the spec
+    root = repository(tmp_path / "shared", [entry("x", ["Env-v0"], baseline=spec)], [], {spec: "ppo", "ppo": "ppo"})
+    write_table(root / "data" / "x", "Env-v0", curves)
+    with pytest.raises(SystemExit, match=r"labels given to more than one algo: \['ppo'\]"):
+        tables_main(root)
+
+
 def test_a_median_the_censored_seeds_leave_undetermined_is_given_as_the_bound_it_is():
     """Ours censored: the ratio is at least its value; the baseline censored: at most; both: anything."""
     from benchmarks.summary import median_bounds
-    from benchmarks.tables import median_cell
+    from benchmarks.tables import median_cell, ratio_cell
 
     def seeds(*entries):
         return [{"r": ratio, "censored": ours, "baseline_censored": base} for ratio, ours, base in entries]
@@ -207,6 +228,11 @@ def test_a_median_the_censored_seeds_leave_undetermined_is_given_as_the_bound_it
     one_each_way = seeds((0.27, False, False), (0.45, False, True), (0.44, False, False))
     assert median_bounds(one_each_way, "r") == [0.27, 0.44] and median_cell(0.44, [0.27, 0.44]) == "0.27 to 0.44"
     assert median_bounds(seeds((1.0, True, True)), "r") == [0.0, None] and median_bounds([], "r") is None
+    neither = seeds((2.9, True, True), (3.2, True, True), (3.0, True, True))  # e.g. a published figure no run reached
+    assert median_bounds(neither, "r") == [0.0, None] and median_cell(3.0, [0.0, None]) == "undetermined"
+    paired = {"r": {"n": 3, "median": 3.0, "min": 2.9, "max": 3.2}, "r_median_bounds": [0.0, None], "censored": 3,
+              "baseline_censored": 3}  # fmt: skip
+    assert ratio_cell(paired, "r") == "undetermined (ours censored in 3; baseline censored in 3)"
 
 
 def test_paired_ratios_are_against_the_baselines_own_steps_to_the_same_return():
