@@ -31,11 +31,6 @@ def first_reaching(points: list[EvalPoint], threshold: float | None) -> EvalPoin
     return next((p for p in points if p.status == "ok" and p.steps > 0 and p.eval_mean >= threshold), None)
 
 
-def interquartile_mean(values: np.ndarray) -> float:
-    """Mean of the middle 50% of ``values`` (25% cut from each end, as rliable does: :func:`pooled_iqm`)."""
-    return pooled_iqm(values)
-
-
 def spread(values: list[float | None], interval: bool = False) -> dict[str, Any]:
     """
     Median, min and max of the finite values (``None`` entries are runs that never got there) and their interquartile
@@ -49,7 +44,7 @@ def spread(values: list[float | None], interval: bool = False) -> dict[str, Any]
         "min": float(np.min(finite)),
         "max": float(np.max(finite)),
         "n": len(finite),
-        "iqm": float(interquartile_mean(np.asarray(finite))),
+        "iqm": float(pooled_iqm(np.asarray(finite))),
     }
     if interval:
         estimate = iqm_with_interval(finite)

@@ -240,9 +240,10 @@ def ratio_cell(paired: dict[str, Any], key: str) -> str:
     stats = paired[key]
     if stats["n"] == 0:
         return "-"
-    median = median_cell(stats["median"], paired.get(f"{key}_median_bounds"))
-    # a spread of ratios that bound nothing (neither side got there) would read as a measurement: left out
-    text = median if stats["n"] == 1 or median == "undetermined" else f"{median} [{stats['min']:.2f}, {stats['max']:.2f}]"
+    bounds = paired.get(f"{key}_median_bounds")
+    median = median_cell(stats["median"], bounds)
+    undetermined = bounds is not None and bounds[0] == 0 and bounds[1] is None  # ratios that bound nothing: no spread
+    text = median if stats["n"] == 1 or undetermined else f"{median} [{stats['min']:.2f}, {stats['max']:.2f}]"
     notes = []
     if paired["censored"]:
         notes.append(f"ours censored in {paired['censored']}")
