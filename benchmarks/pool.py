@@ -6,6 +6,7 @@ import multiprocessing
 import os
 import queue
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from stable_baselines3.common.vec_env import (
     VecNormalize,
     sync_envs_normalization,
 )
+from tqdm.auto import tqdm
 
 from benchmarks.config import algo_class, load_zoo_hyperparams, make_training_env, split_env_params
 from benchmarks.output import EvalPoint, machine_id
@@ -37,7 +39,9 @@ class TimedEvalCallback(BaseCallback):
     with ``eval_seconds``, every ``eval_seconds`` of training wall time instead (the same number of points for a
     fast and a slow algorithm). With ``max_seconds``, training stops once its wall time reaches that budget.
 
-    The recorded wall time is the time since training started, minus the time spent evaluating.
+    The recorded wall time is the time since training started, minus the time spent evaluating. Each evaluation
+    is also written to stderr as one line, so that a long run's progress can be followed in its log (its rows
+    reach the CSV only when it finishes).
     """
 
     def __init__(
@@ -108,6 +112,11 @@ class TimedEvalCallback(BaseCallback):
             )
         )
         self._eval_seconds += time.perf_counter() - eval_start
+        point = self.points[-1]
+        line = f"{point.algo} {point.env} seed {point.seed}: {point.steps} steps, {point.wall_seconds:.0f} s of training"
+        if self.n_eval_episodes > 0:
+            line += f", return {point.eval_mean:.1f} (std {point.eval_std:.1f}, {len(rewards)} episodes)"
+        tqdm.write(line, file=sys.stderr)
 
     def _on_step(self) -> bool:
         seconds = self.training_seconds()

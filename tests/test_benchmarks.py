@@ -119,6 +119,10 @@ def test_tiny_end_to_end_run_writes_csv_json_and_png(tmp_path):
     assert summary["baseline"] == "ppo" and set(summary["algos"]) == {"ppo", "impact"}
     assert summary["command"].startswith("python -m benchmarks run --algos ppo impact --env CartPole-v1 --seeds 1")
     assert summary["machine"]["name"] == points[0].machine and points[0].device == "cpu"
+    # Each evaluation is also a line of the log, so that a long run's progress can be followed before it finishes.
+    for point in points:
+        assert f"{point.algo} CartPole-v1 seed 0: {point.steps} steps, " in result.stderr
+    assert "s of training, return " in result.stderr and "(std " in result.stderr and ", 2 episodes)" in result.stderr
     software = summary["machine"]["software"]
     assert software["torch"] == th.__version__ and software["python"] == platform.python_version()
     assert (tmp_path / "CartPole-v1.png").stat().st_size > 10_000
