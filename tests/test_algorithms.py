@@ -456,10 +456,10 @@ def test_kl_coefficient_follows_the_kl_towards_its_target():
     """Large steps against a tiny target raise the coefficient; a target the KL never reaches lowers it."""
     kwargs = dict(kl_coef=0.1, learning_rate=3e-2, n_steps=32, batch_size=16, collector="sync", seed=0)
     model = IMPACT("MlpPolicy", "CartPole-v1", kl_target=1e-4, device="cpu", **kwargs)
-    model.learn(2048)
+    model.learn(1024)
     assert model.target_updates >= 3 and model.kl_coef > 0.1
     model = IMPACT("MlpPolicy", "CartPole-v1", kl_target=10.0, device="cpu", **kwargs)
-    model.learn(2048)
+    model.learn(1024)
     assert model.target_updates >= 3 and model.kl_coef < 0.1
 
 

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from stable_baselines3.common.callbacks import BaseCallback
 
 from sb3_impact import IMPACT
 
@@ -28,6 +29,30 @@ def ray_processes() -> list[str]:
     return found
 
 
+class BusyProcessesFromTrainingStart(BaseCallback):
+    """
+    Starts ``count`` CPU-bound processes when training starts: Ray is up by then (the collector starts it before the
+    callbacks' training start), so the cores are taken while it collects and shuts down, which is what is checked.
+    Taken during Ray's start as well, the test spent 95 s starting Ray.
+    """
+
+    def __init__(self, count: int) -> None:
+        super().__init__()
+        self.count = count
+        self.processes: list[subprocess.Popen] = []
+
+    def _on_training_start(self) -> None:
+        self.processes = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(self.count)]
+
+    def _on_step(self) -> bool:
+        return True
+
+    def stop(self) -> None:
+        for process in self.processes:
+            process.kill()
+            process.wait()
+
+
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process table from /proc")
 @pytest.mark.parametrize("busy_processes", [0, 2], ids=["idle", "two-busy-processes"])
 def test_a_collector_that_started_ray_leaves_no_ray_process(busy_processes):
@@ -36,10 +61,11 @@ def test_a_collector_that_started_ray_leaves_no_ray_process(busy_processes):
     if ray.is_initialized():
         pytest.skip("Ray is already running in this process")
     assert ray_processes() == [], "Ray processes were running before the test"
-    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy_processes)]
+    busy = BusyProcessesFromTrainingStart(busy_processes)
     try:
         model = IMPACT("MlpPolicy", "CartPole-v1", collector="ray", collector_kwargs=dict(num_workers=1), seed=0, **SMALL)
-        model.learn(200)
+        model.learn(200, callback=busy)
+        assert len(busy.processes) == busy_processes and all(process.poll() is None for process in busy.processes)
         assert model.sampled_steps == model.trained_steps + model.dropped_steps
         assert not ray.is_initialized()  # the collector started Ray, so it shut it down
         deadline = time.monotonic() + 10.0
@@ -47,6 +73,4 @@ def test_a_collector_that_started_ray_leaves_no_ray_process(busy_processes):
             time.sleep(0.2)
         assert ray_processes() == []
     finally:
-        for process in busy:
-            process.kill()
-            process.wait()
+        busy.stop()

@@ -77,7 +77,10 @@ def test_sampled_arguments_build_and_learn(algo, env_id):
             assert set(params) == {"clip_range", "replay_length", "batch_drop_factor"}
             params.update(n_steps=64, batch_size=64, n_epochs=2)
         elif algo in ("vracer", "sac_refer", "td3_refer"):
-            params.update(learning_starts=100)
+            params.update(learning_starts=100, batch_size=min(params["batch_size"], 256))
+            if "gradient_steps" in params:  # SAC's and TD3's (a memory of 1e6 alone takes seconds to allocate)
+                params.update(gradient_steps=min(params["gradient_steps"], 2))
+            params["buffer_size"] = min(params.get("buffer_size", 10_000), 10_000)
         else:
             params["n_steps"] = min(params["n_steps"], 128)
         if algo == "ptr_ppo":
