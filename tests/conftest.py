@@ -1,5 +1,8 @@
+import atexit
 import multiprocessing
 import os
+import shutil
+import tempfile
 import threading
 
 import gymnasium as gym
@@ -15,6 +18,12 @@ from stable_baselines3.common.callbacks import BaseCallback
 # PyTorch's default two threads, 7.4 s with one. Tests about thread counts set them explicitly.
 os.environ["OMP_NUM_THREADS"] = "1"
 th.set_num_threads(1)
+
+# SB3 makes a folder for the logger of every learn() without a log folder (tempdir/SB3-<date>, empty when nothing is
+# written): one for the suite, here and in the commands the tests start, instead of a thousand left in /tmp.
+if "SB3_LOGDIR" not in os.environ:
+    os.environ["SB3_LOGDIR"] = tempfile.mkdtemp(prefix="sb3-impact-tests-")
+    atexit.register(shutil.rmtree, os.environ["SB3_LOGDIR"], ignore_errors=True)
 
 
 class CrashingEnv(gym.Env):
