@@ -22,10 +22,12 @@ from tests.commands import run_command
 REPO_ROOT = Path(__file__).resolve().parents[1]
 RECIPES = sorted((REPO_ROOT / "benchmarks" / "recipes").glob("*.sh"))
 
-# option -> small value; an option given several values (``--workers 1 2 4 8 16``) keeps only the first two.
+# option -> small value; an option given several values (``--workers 1 2 4 8 16``) keeps only the first two. One
+# PyTorch thread as in the rest of the suite: the collectors recipe's `--torch-threads 2` took 190 s here beside one
+# CPU-bound process (35 s on the idle machine), threads spinning against each other.
 SMALL_BUDGET = {
     "run": {"--steps": "1024", "--seeds": "1", "--max-seconds": "4", "--eval-seconds": "2", "--eval-freq": "512",
-            "--eval-episodes": "1", "--jobs": "1"},
+            "--eval-episodes": "1", "--jobs": "1", "--torch-threads": "1"},
     "iteration_cost": {"--steps": "1024", "--project-steps": "2048"},
     "gradient_step_cost": {"--memory-steps": "2048", "--steps": "5", "--warmup": "2", "--repeats": "1"},
     "ray_scaling": {"--seconds": "2", "--learn-steps": "512", "--repeats": "1", "--workers": "1 2"},
