@@ -3,14 +3,15 @@ A Ray collector that started Ray itself leaves no Ray process behind. In a modul
 ``local_ray`` fixture of test_ray_collector.py is torn down before this module runs.
 """
 
+import contextlib
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from stable_baselines3.common.callbacks import BaseCallback
 
+from benchmarks.throughput import busy_processes
 from sb3_impact import IMPACT
 
 SMALL = dict(n_steps=16, policy_kwargs=dict(net_arch=[16]), device="cpu")
@@ -40,17 +41,16 @@ class BusyProcessesFromTrainingStart(BaseCallback):
         super().__init__()
         self.count = count
         self.processes: list[subprocess.Popen] = []
+        self._busy = contextlib.ExitStack()
 
     def _on_training_start(self) -> None:
-        self.processes = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(self.count)]
+        self.processes = self._busy.enter_context(busy_processes(self.count))
 
     def _on_step(self) -> bool:
         return True
 
     def stop(self) -> None:
-        for process in self.processes:
-            process.kill()
-            process.wait()
+        self._busy.close()
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process table from /proc")
