@@ -5,6 +5,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
@@ -419,13 +420,28 @@ def harness_with_sigint(disposition: str) -> list[str]:
     return [sys.executable, "-c", start]
 
 
+CTRL_C_RUNS = ["run", "--algos", "ppo", "--env", "CartPole-v1", "--seeds", "2", "--eval-seconds", "1", "--eval-episodes", "1"]
+CTRL_C_RUNS += ["--jobs", "2"]
+
+
+@pytest.fixture(scope="module")
+def two_finished_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with two short runs (seeds 0 and 1) written by the harness with ``--jobs 2``: made once for the
+    Ctrl-C tests, which each stop a second invocation appending to a copy of it."""
+    out = tmp_path_factory.mktemp("two_finished_runs")
+    short_runs = [sys.executable, "-m", "benchmarks", *CTRL_C_RUNS, "--out", str(out), "--max-seconds", "3"]
+    first = run_command(short_runs, cwd=REPO_ROOT, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    return out
+
+
 @pytest.mark.parametrize(
     "disposition, stop",
     [("signal.default_int_handler", signal.SIGINT), ("signal.SIG_IGN", signal.SIGTERM)],
     ids=["ctrl_c_in_a_terminal", "kill_in_the_background"],
 )
-@pytest.mark.timeout(560)  # its own limits: 300 s (short runs) + 120 (start-up) + 60 (stop) + 10 (exit) + 3
-def test_ctrl_c_or_kill_with_jobs_keeps_finished_runs_and_leaves_no_processes(tmp_path, disposition, stop):
+@pytest.mark.timeout(560)  # its limits: 300 s (the fixture's short runs) + 120 (start-up) + 60 (stop) + 10 (exit) + 3
+def test_ctrl_c_or_kill_with_jobs_keeps_finished_runs_and_leaves_no_processes(tmp_path, two_finished_runs, disposition, stop):
     """
     Two short runs finish, two long ones are running when the harness is stopped: the short ones stay written,
     the long ones are interrupted (their workers catch the parent's SIGINT) and recorded as failed.
@@ -434,11 +450,8 @@ def test_ctrl_c_or_kill_with_jobs_keeps_finished_runs_and_leaves_no_processes(tm
     inherit SIGINT ignored, so a SIGINT to the harness did nothing, and its workers ignored the parent's SIGINT
     too. A background harness is stopped with SIGTERM (kill, timeout), and its workers now always listen.
     """
-    args = ["run", "--algos", "ppo", "--env", "CartPole-v1", "--seeds", "2", "--eval-seconds", "1", "--eval-episodes", "1"]
-    args += ["--jobs", "2", "--out", str(tmp_path)]
-    short_runs = [sys.executable, "-m", "benchmarks", *args, "--max-seconds", "3"]
-    first = run_command(short_runs, cwd=REPO_ROOT, timeout=300)
-    assert first.returncode == 0, first.stderr[-3000:]
+    shutil.copytree(two_finished_runs, tmp_path, dirs_exist_ok=True)
+    args = [*CTRL_C_RUNS, "--out", str(tmp_path)]
     finished = read_csv(tmp_path / "CartPole-v1.csv")
     long_runs = [*harness_with_sigint(disposition), *args, "--first-seed", "2", "--max-seconds", "600", "--append"]
     process = subprocess.Popen(long_runs, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

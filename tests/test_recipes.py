@@ -4,6 +4,11 @@ the files the results page's table comes from. The budget options are replaced (
 and a ``run`` line trains on its first environment only (each further one is checked to be registered: every
 environment of a ``run`` line goes through the same code); nothing else changes: the algorithms, variants and
 recorders are the recipe's.
+
+Lines of the subcommands that only train and time PyTorch/SB3 code (``IN_PROCESS``) run in this process, as
+``python -m benchmarks`` would run them (the same ``main``), which spares each a fresh interpreter's imports; the
+others keep a process of their own: ``gradient_step_cost`` compiles the loss (inductor's compile workers) and
+``ray_scaling`` starts and stops its own Ray.
 """
 
 import importlib.util
@@ -14,8 +19,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch as th
 
 from benchmarks import run as run_module
+from benchmarks.__main__ import main as benchmarks_main
 from benchmarks.peers import peer_python
 from tests.commands import run_command
 
@@ -33,6 +40,7 @@ SMALL_BUDGET = {
     "ray_scaling": {"--seconds": "2", "--learn-steps": "512", "--repeats": "1", "--workers": "1 2"},
     "step_cost": {"--steps": "64", "--repeats": "1"},
 }  # fmt: skip
+IN_PROCESS = {"run", "iteration_cost", "step_cost"}
 NEEDS = {"HalfCheetah": "mujoco", "Hopper": "mujoco", "Walker2d": "mujoco", "NoFrameskip": "ale_py", "ray_scaling": "ray"}
 
 
@@ -87,9 +95,22 @@ def assert_registered(ids: list[str]) -> None:
         gym.spec(env_id)  # raises gymnasium's NameNotFound / VersionNotFound naming the id
 
 
+def run_in_this_process(argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> str:
+    """``python -m benchmarks ARGV`` through its ``main`` here, from the repository root; its stdout. The
+    subcommands set PyTorch's threads (``--torch-threads``) and ``sys.argv``: both are restored afterwards."""
+    monkeypatch.chdir(REPO_ROOT)
+    monkeypatch.setattr(sys, "argv", list(sys.argv))  # main sets sys.argv for the subcommand's parser
+    threads = th.get_num_threads()
+    try:
+        benchmarks_main(argv)  # an error exits with its message (SystemExit) and fails the test with it
+    finally:
+        th.set_num_threads(threads)
+    return capsys.readouterr().out
+
+
 @pytest.mark.timeout(660)  # past the command's own 600 s limit, which reports with its output (run_command)
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda recipe: recipe.stem)
-def test_recipe_first_line_runs_at_a_small_budget(recipe, tmp_path):
+def test_recipe_first_line_runs_at_a_small_budget(recipe, tmp_path, monkeypatch, capsys):
     argv = first_command(recipe)
     line = " ".join(argv)
     for marker, module in NEEDS.items():
@@ -100,11 +121,15 @@ def test_recipe_first_line_runs_at_a_small_budget(recipe, tmp_path):
     if argv[0] == "run":
         assert_registered(run_module.parse_args(argv[1:]).envs)  # the runner's own reading of the line
     out = tmp_path / "out"
-    env = {**os.environ, "OUT": str(tmp_path), "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "benchmarks", *with_small_budget(argv, out)]
-    result = run_command(command, cwd=REPO_ROOT, env=env, timeout=600)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    if argv[0] in IN_PROCESS:
+        output = run_in_this_process(with_small_budget(argv, out), monkeypatch, capsys)
+    else:
+        env = {**os.environ, "OUT": str(tmp_path), "OMP_NUM_THREADS": "1"}
+        command = [sys.executable, "-m", "benchmarks", *with_small_budget(argv, out)]
+        result = run_command(command, cwd=REPO_ROOT, env=env, timeout=600)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        output = result.stdout
     written = {path.suffix for path in out.rglob("*") if path.is_file()}
     assert {".csv", ".json"} <= written or {".csv", ".png"} <= written, f"{recipe.name} wrote {sorted(written)}"
     if argv[0] == "run":
-        assert "failed" not in "".join(path.read_text() for path in out.glob("*.csv")), result.stdout[-3000:]
+        assert "failed" not in "".join(path.read_text() for path in out.glob("*.csv")), output[-3000:]
