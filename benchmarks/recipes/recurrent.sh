@@ -12,9 +12,9 @@ python -m benchmarks run --algos ppo_lstm impact "impact[policy=MlpPolicy,policy
     --env CartPoleNoVel-v1 PendulumNoVel-v1 --first-seed 100 --seeds 3 --steps 100000 --eval-freq 5000 --eval-episodes 10 \
     --jobs 1 --out "$OUT/recurrent_novel"
 
-# PendulumNoVel-v1 at equal training time: RecurrentPPO spends ~930 s on its yml's 100k steps here, IMPACT ~55 s, so
+# PendulumNoVel-v1 at equal training time: RecurrentPPO spends 560-930 s on its yml's 100k steps here, IMPACT ~55 s, so
 # a step budget measures IMPACT's sample efficiency, not the time the issue asks about. Each gets 1000 s of training
-# (RecurrentPPO its ~100k steps), evaluated every 50 s. Alone on the machine; one seed pair takes ~35 minutes, so the
+# (RecurrentPPO 176k steps in seed 100), evaluated every 50 s. Alone on the machine; one seed pair takes ~35 minutes, so the
 # table may span sittings (--first-seed N --seeds 1 --append).
 python -m benchmarks run --algos ppo_lstm impact --env PendulumNoVel-v1 --first-seed 100 --seeds 3 --steps 100000000 \
     --max-seconds 1000 --eval-seconds 50 --eval-episodes 10 --jobs 1 --out "$OUT/recurrent_pendulum_equal_time"
