@@ -14,6 +14,7 @@ from stable_baselines3.common.callbacks import (
     EvalCallback,
     StopTrainingOnRewardThreshold,
 )
+from stable_baselines3.common.distributions import StateDependentNoiseDistribution
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.envs import IdentityEnv, IdentityEnvBox, IdentityEnvMultiBinary, IdentityEnvMultiDiscrete
 from stable_baselines3.common.logger import configure
@@ -49,6 +50,32 @@ def test_learns_on_every_action_space(algo, collector, env_factory):
     assert all(th.isfinite(p).all() for p in model.policy.parameters())
     model.learn(100, reset_num_timesteps=False)  # learn() again continues from where it stopped
     assert model.num_timesteps >= 400
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize("collector", ["sync", "thread", "process"])
+def test_gsde_learns_with_each_collector(algo, collector):
+    """gSDE as SB3's PPO offers it: the learner's and the collector's policies explore with a state-dependent noise matrix."""
+    model = algo("MlpPolicy", "Pendulum-v1", use_sde=True, sde_sample_freq=4, collector=collector, seed=0, **SMALL)
+    assert isinstance(model.policy.action_dist, StateDependentNoiseDistribution)
+    model.learn(256)
+    assert model.num_timesteps >= 256
+    assert model.sampled_steps == model.trained_steps + model.dropped_steps
+    assert all(th.isfinite(p).all() for p in model.policy.parameters())
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_gsde_is_saved_and_loaded(algo, tmp_path):
+    model = algo("MlpPolicy", "Pendulum-v1", use_sde=True, sde_sample_freq=8, collector="sync", seed=0, **SMALL).learn(64)
+    model.save(tmp_path / "model")
+    loaded = algo.load(tmp_path / "model", env=make_vec_env("Pendulum-v1", n_envs=1, seed=1), device="cpu")
+    assert loaded.use_sde and loaded.sde_sample_freq == 8
+    assert isinstance(loaded.policy.action_dist, StateDependentNoiseDistribution)
+    observation = np.zeros((1, 3), dtype=np.float32)
+    np.testing.assert_array_equal(
+        loaded.predict(observation, deterministic=True)[0], model.predict(observation, deterministic=True)[0]
+    )
+    loaded.learn(32)
 
 
 @pytest.mark.parametrize("algo", ALGOS)
@@ -221,6 +248,8 @@ def test_loss_stays_finite_with_extreme_ratios(algo, kwargs):
         ({"target_update_interval": 0}, "target_update_interval"),
         ({"kl_coef": -1.0}, "kl_coef"),
         ({"policy_kwargs": {"use_sde": True}}, "use_sde"),
+        ({"policy_kwargs": {"squash_output": True}}, "squash_output"),
+        ({"use_sde": True, "sde_sample_freq": 2.5}, "sde_sample_freq"),
     ],
 )
 def test_invalid_hyperparameters_raise_at_construction(kwargs, name):

@@ -11,7 +11,12 @@ from stable_baselines3.common.policies import ActorCriticPolicy
 
 from sb3_impact.common.circular_buffer import CircularBuffer
 from sb3_impact.common.collectors import CollectorError, SegmentSampler, SyncCollector, ThreadCollector
-from sb3_impact.common.distributions import behaviour_params, sample_diag_gaussian, samples_plain_diag_gaussian
+from sb3_impact.common.distributions import (
+    behaviour_params,
+    distribution_from_params,
+    sample_diag_gaussian,
+    samples_plain_diag_gaussian,
+)
 from sb3_impact.common.training_batch import TrainingBatch
 
 from .conftest import CrashingEnv, collector_threads
@@ -49,6 +54,38 @@ def test_behaviour_log_probs_match_stored_distribution():
     distribution = sampler.policy.get_distribution(obs)
     expected = distribution.log_prob(th.as_tensor(segment.actions[3])).detach().numpy()
     np.testing.assert_allclose(segment.behaviour_log_probs[3], expected, rtol=1e-5)
+
+
+def gsde_sampler(n_envs=2, n_steps=12, sde_sample_freq=4) -> tuple[SegmentSampler, list[int]]:
+    """A sampler of a gSDE policy on Pendulum-v1, and the list its policy's ``reset_noise`` calls append to."""
+    env = make_vec_env(lambda: gym.make("Pendulum-v1", max_episode_steps=50), n_envs=n_envs, seed=0)
+    policy = ActorCriticPolicy(env.observation_space, env.action_space, lambda _: 1e-3, net_arch=[8], use_sde=True)
+    policy.set_training_mode(False)
+    sampler = SegmentSampler(env, policy, n_steps, env.reset())
+    sampler.sde_sample_freq = sde_sample_freq
+    calls: list[int] = []
+    reset_noise = policy.reset_noise
+    policy.reset_noise = lambda n=1: (calls.append(n), reset_noise(n))[1]  # type: ignore[method-assign]
+    return sampler, calls
+
+
+def test_gsde_draws_new_noise_every_sde_sample_freq_steps_and_stores_the_per_state_gaussian():
+    sampler, calls = gsde_sampler(n_envs=2, n_steps=12, sde_sample_freq=4)
+    segment = sampler.collect()
+    assert calls == [2] * 4  # at the segment's start, as SB3's collect_rollouts, then at steps 0, 4 and 8
+    batch = TrainingBatch.from_segment(segment, th.device("cpu"))
+    with th.no_grad():
+        distribution, _ = batch.evaluate(sampler.policy)
+        log_probs = distribution.log_prob(batch.actions).reshape(segment.n_steps, segment.n_envs)
+        stored = distribution_from_params(sampler.env.action_space, batch.behaviour_params)
+        stored_log_probs = stored.log_prob(batch.actions).reshape(segment.n_steps, segment.n_envs)
+    # The learner's log-probabilities at the behaviour's weights, and those of the stored parameters, are the recorded ones.
+    np.testing.assert_allclose(log_probs.numpy(), segment.behaviour_log_probs, atol=1e-6, rtol=1e-5)
+    np.testing.assert_allclose(stored_log_probs.numpy(), segment.behaviour_log_probs, atol=1e-6, rtol=1e-5)
+    calls.clear()
+    sampler.sde_sample_freq = -1
+    sampler.collect()
+    assert calls == [2]  # -1: one noise matrix per segment
 
 
 class PolicyWithItsOwnDistribution(ActorCriticPolicy):

@@ -11,11 +11,13 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch as th
 from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.policies import ActorCriticPolicy
 
 from sb3_impact import IMPACT, IMPALA, PPOAMBER, PTRPPO, VRACER
 from sb3_impact.common.collectors.base import CollectorError
-from sb3_impact.common.collectors.ray import RayCollector
+from sb3_impact.common.collectors.ray import RayCollector, RolloutWorker
 
 from .conftest import CrashingEnv, TaggedStepsEnv
 
@@ -373,4 +375,27 @@ def test_recurrent_policies_learn_from_ray_workers_with_their_lstm_states(local_
     assert model.sampled_steps == model.trained_steps + model.dropped_steps == model.num_timesteps >= 256
     assert stored and all(segment.lstm_states is not None and segment.lstm_states[0].shape == (1, 2, 8) for segment in stored)
     assert all(segment.episode_starts.shape == (16, 2) for segment in stored)
+    assert wait_until_no_workers(local_ray) == []
+
+
+def test_a_ray_worker_draws_gsde_noise_at_the_learners_sde_sample_freq(monkeypatch):
+    """The worker is a plain class until Ray wraps it: built here, it samples as a Ray actor would."""
+    monkeypatch.setattr(th.distributions.Distribution, "_validate_args", th.distributions.Distribution._validate_args)
+    env = gym.make("Pendulum-v1")
+    policy = ActorCriticPolicy(env.observation_space, env.action_space, lambda _: 1e-3, net_arch=[8], use_sde=True)
+    worker = RolloutWorker("Pendulum-v1", 2, policy, 12, policy_version=0, seed=0, sde_sample_freq=4)
+    calls = []
+    reset_noise = worker.sampler.policy.reset_noise
+    worker.sampler.policy.reset_noise = lambda n=1: (calls.append(n), reset_noise(n))[1]
+    worker.sample(None, 0)
+    assert calls == [2] * 4  # the segment's start, then steps 0, 4 and 8
+
+
+def test_impact_with_gsde_learns_from_ray_workers(local_ray):
+    model = IMPACT(
+        "MlpPolicy", "Pendulum-v1", use_sde=True, sde_sample_freq=4, collector="ray",
+        collector_kwargs=dict(num_workers=2, envs_per_worker=1), seed=0, **SMALL,
+    )  # fmt: skip
+    model.learn(160)
+    assert model.sampled_steps == model.trained_steps + model.dropped_steps == model.num_timesteps >= 160
     assert wait_until_no_workers(local_ray) == []

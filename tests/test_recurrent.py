@@ -120,6 +120,32 @@ def test_learner_replay_equals_the_behaviour_and_the_step_by_step_reference(lstm
         np.testing.assert_allclose(final_values.numpy(), ref_final.numpy(), atol=1e-6, rtol=0)
 
 
+def test_recurrent_gsde_replay_equals_the_behaviour():
+    """gSDE over the LSTM's latent: the learner's replay at the behaviour's weights gives the recorded log-probabilities."""
+    env = make_vec_env(lambda: gym.make("Pendulum-v1", max_episode_steps=7), n_envs=3, seed=0)
+    policy = recurrent_policy(env, use_sde=True)
+    sampler = SegmentSampler(env, policy, 12, env.reset())
+    sampler.sde_sample_freq = 4
+    for _ in range(2):
+        segment = sampler.collect()
+        assert segment.truncations.any()
+        batch = TrainingBatch.from_segment(segment, th.device("cpu"))
+        with th.no_grad():
+            distribution, _ = batch.evaluate(policy)
+        log_probs = distribution.log_prob(batch.actions).reshape(segment.n_steps, segment.n_envs)
+        np.testing.assert_allclose(log_probs.numpy(), segment.behaviour_log_probs, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("algo", [IMPACT, IMPALA])
+def test_recurrent_gsde_learns_with_the_process_collector(algo):
+    model = algo(
+        "MlpLstmPolicy", "Pendulum-v1", n_steps=8, batch_size=8, use_sde=True, sde_sample_freq=4, collector="process",
+        policy_kwargs=SMALL_LSTM, seed=0, device="cpu",
+    )  # fmt: skip
+    model.learn(160)
+    assert model.num_timesteps == model.sampled_steps == model.trained_steps + model.dropped_steps == 160
+
+
 def test_segments_are_contiguous_in_their_lstm_states_and_start_fresh_after_a_restart():
     env = random_ends()
     policy = recurrent_policy(env)

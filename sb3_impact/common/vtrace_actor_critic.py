@@ -72,6 +72,8 @@ class VTraceActorCritic(OnPolicySegmentMixin, OnPolicyAlgorithm):
         normalize_advantage: bool,
         broadcast_interval: int,
         batch_size: int | None = None,
+        use_sde: bool = False,
+        sde_sample_freq: int = -1,
         collector: str | type[Collector] = "auto",
         collector_kwargs: dict[str, Any] | None = None,
         learner_threads: int | None = 1,
@@ -107,8 +109,12 @@ class VTraceActorCritic(OnPolicySegmentMixin, OnPolicyAlgorithm):
             if value < 0:
                 raise ValueError(f"{name} must be >= 0, got {value}")
         env = self._init_collection(env, collector, collector_kwargs, learner_threads)
-        if policy_kwargs and (policy_kwargs.get("use_sde") or policy_kwargs.get("squash_output")):
-            raise ValueError("policy_kwargs: use_sde and squash_output are not supported (behaviour storage needs a Gaussian)")
+        if policy_kwargs and "use_sde" in policy_kwargs:
+            raise ValueError("policy_kwargs: pass use_sde to the constructor (use_sde=True), as SB3's PPO takes it")
+        if policy_kwargs and policy_kwargs.get("squash_output"):
+            raise ValueError("policy_kwargs: squash_output is not supported (behaviour storage needs an unsquashed Gaussian)")
+        if isinstance(sde_sample_freq, bool) or not isinstance(sde_sample_freq, (int, np.integer)):
+            raise ValueError(f"sde_sample_freq must be an integer (-1: one noise matrix per segment), got {sde_sample_freq!r}")
 
         super().__init__(
             policy,
@@ -120,8 +126,8 @@ class VTraceActorCritic(OnPolicySegmentMixin, OnPolicyAlgorithm):
             ent_coef=ent_coef,
             vf_coef=vf_coef,
             max_grad_norm=max_grad_norm,
-            use_sde=False,
-            sde_sample_freq=-1,
+            use_sde=use_sde,
+            sde_sample_freq=sde_sample_freq,
             stats_window_size=stats_window_size,
             tensorboard_log=tensorboard_log,
             policy_kwargs=policy_kwargs,
@@ -154,7 +160,7 @@ class VTraceActorCritic(OnPolicySegmentMixin, OnPolicyAlgorithm):
         self._setup_lr_schedule()
         self.set_random_seed(self.seed)
         self.policy = self.policy_class(  # type: ignore[assignment]
-            self.observation_space, self.action_space, self.lr_schedule, **self.policy_kwargs
+            self.observation_space, self.action_space, self.lr_schedule, use_sde=self.use_sde, **self.policy_kwargs
         )
         self.policy = self.policy.to(self.device)
         if is_recurrent(self.policy) and self.batch_size is not None and self.batch_size % self.n_steps != 0:

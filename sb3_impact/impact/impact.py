@@ -76,6 +76,11 @@ class IMPACT(VTraceActorCritic):
     :param kl_coef: Initial coefficient eta of the KL(pi_target || pi) penalty (0 disables it)
     :param kl_target: KL target of the adaptive penalty (None: eta stays constant)
     :param max_grad_norm: The maximum value for the gradient clipping
+    :param use_sde: Whether to explore with generalized State-Dependent Exploration (gSDE, Box actions) instead of
+        independent Gaussian noise; the behaviour policy stored per step is then the per-state Gaussian
+        ``N(mean(s), sigma(s))`` (docs/algorithms/collectors.md, gSDE)
+    :param sde_sample_freq: With gSDE, a new noise matrix every ``sde_sample_freq`` steps of the collector
+        (-1: only at the start of each segment)
     :param collector: Where segments are collected (default "auto": ``"process"`` on Linux, ``"thread"`` elsewhere;
         chosen by measurement, see docs/algorithms/collectors.md): ``"sync"``, ``"thread"``, ``"process"``,
         ``"ray"`` or a ``Collector`` subclass (see :class:`~sb3_impact.common.segment_loop.SegmentLoopMixin`)
@@ -123,6 +128,8 @@ class IMPACT(VTraceActorCritic):
         kl_coef: float = 0.0,
         kl_target: float | None = 0.01,
         max_grad_norm: float = 0.5,
+        use_sde: bool = False,
+        sde_sample_freq: int = -1,
         collector: str | type[Collector] = "auto",
         collector_kwargs: dict[str, Any] | None = None,
         learner_threads: int | None = 1,
@@ -161,6 +168,8 @@ class IMPACT(VTraceActorCritic):
             normalize_advantage=normalize_advantage,
             broadcast_interval=broadcast_interval,
             batch_size=batch_size,
+            use_sde=use_sde,
+            sde_sample_freq=sde_sample_freq,
             collector=collector,
             collector_kwargs=collector_kwargs,
             learner_threads=learner_threads,

@@ -78,6 +78,11 @@ class IMPALA(VTraceActorCritic):
     :param ent_coef: Entropy coefficient
     :param vf_coef: Value function coefficient
     :param max_grad_norm: The maximum value for the gradient clipping
+    :param use_sde: Whether to explore with generalized State-Dependent Exploration (gSDE, Box actions) instead of
+        independent Gaussian noise; the behaviour policy stored per step is then the per-state Gaussian
+        ``N(mean(s), sigma(s))`` (docs/algorithms/collectors.md, gSDE)
+    :param sde_sample_freq: With gSDE, a new noise matrix every ``sde_sample_freq`` steps of the collector
+        (-1: only at the start of each segment)
     :param collector: Where segments are collected (default "auto": ``"process"`` on Linux, ``"thread"`` elsewhere;
         chosen by measurement, see docs/algorithms/collectors.md): ``"sync"``, ``"thread"``, ``"process"``,
         ``"ray"`` or a ``Collector`` subclass (see :class:`~sb3_impact.common.segment_loop.SegmentLoopMixin`)
@@ -122,6 +127,8 @@ class IMPALA(VTraceActorCritic):
         ent_coef: float = 0.01,
         vf_coef: float = 0.5,
         max_grad_norm: float = 40.0,
+        use_sde: bool = False,
+        sde_sample_freq: int = -1,
         collector: str | type[Collector] = "auto",
         collector_kwargs: dict[str, Any] | None = None,
         learner_threads: int | None = 1,
@@ -156,6 +163,8 @@ class IMPALA(VTraceActorCritic):
             normalize_advantage=normalize_advantage,
             broadcast_interval=broadcast_interval,
             batch_size=batch_size,
+            use_sde=use_sde,
+            sde_sample_freq=sde_sample_freq,
             collector=collector,
             collector_kwargs=collector_kwargs,
             learner_threads=learner_threads,

@@ -102,6 +102,7 @@ class RolloutWorker:
         policy_version: int,
         seed: int,
         first_env_id: int = 0,
+        sde_sample_freq: int = -1,
     ) -> None:
         th.set_num_threads(1)
         skip_distribution_argument_checks()
@@ -112,6 +113,7 @@ class RolloutWorker:
         policy.set_training_mode(False)
         self.sampler = SegmentSampler(vec_env, policy, n_steps, vec_env.reset())
         self.sampler.policy_version = policy_version
+        self.sampler.sde_sample_freq = sde_sample_freq  # gSDE: the driver's sampler's setting
         self.sampler.env_ids = first_env_id + np.arange(n_envs)  # segments say whose environments they come from
         self._fresh_envs = True  # the first segment starts from the reset above
         self._stop = threading.Event()
@@ -320,6 +322,7 @@ class RayCollector(Collector):
             self._initial_version,
             seed,
             first_env_id=index * self.envs_per_worker,
+            sde_sample_freq=self.sampler.sde_sample_freq,
         )
 
     def start(self) -> None:
