@@ -91,6 +91,14 @@ def no_leftover_collectors():
     assert collector_processes() == [], "a test left a collector process running"
 
 
+def record_reset_noise(policy) -> list[int]:
+    """The list that ``policy.reset_noise`` (gSDE's new noise matrix) appends its ``n_envs`` to, call by call."""
+    calls: list[int] = []
+    reset_noise = policy.reset_noise
+    policy.reset_noise = lambda n_envs=1: (calls.append(n_envs), reset_noise(n_envs))[1]
+    return calls
+
+
 class CrashingBoxEnv(CrashingEnv):
     """:class:`CrashingEnv` with a one-dimensional Box action space (every algorithm here supports it)."""
 

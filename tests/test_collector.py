@@ -19,7 +19,7 @@ from sb3_impact.common.distributions import (
 )
 from sb3_impact.common.training_batch import TrainingBatch
 
-from .conftest import CrashingEnv, collector_threads
+from .conftest import CrashingEnv, collector_threads, record_reset_noise
 
 
 def make_sampler(env_id="CartPole-v1", n_envs=2, n_steps=20, max_episode_steps=7, **env_kwargs):
@@ -63,10 +63,7 @@ def gsde_sampler(n_envs=2, n_steps=12, sde_sample_freq=4) -> tuple[SegmentSample
     policy.set_training_mode(False)
     sampler = SegmentSampler(env, policy, n_steps, env.reset())
     sampler.sde_sample_freq = sde_sample_freq
-    calls: list[int] = []
-    reset_noise = policy.reset_noise
-    policy.reset_noise = lambda n=1: (calls.append(n), reset_noise(n))[1]  # type: ignore[method-assign]
-    return sampler, calls
+    return sampler, record_reset_noise(policy)
 
 
 def test_gsde_draws_new_noise_every_sde_sample_freq_steps_and_stores_the_per_state_gaussian():

@@ -19,7 +19,7 @@ from sb3_impact import IMPACT, IMPALA, PPOAMBER, PTRPPO, VRACER
 from sb3_impact.common.collectors.base import CollectorError
 from sb3_impact.common.collectors.ray import RayCollector, RolloutWorker
 
-from .conftest import CrashingEnv, TaggedStepsEnv
+from .conftest import CrashingEnv, TaggedStepsEnv, record_reset_noise
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SMALL = dict(n_steps=16, policy_kwargs=dict(net_arch=[16]), device="cpu")
@@ -384,9 +384,7 @@ def test_a_ray_worker_draws_gsde_noise_at_the_learners_sde_sample_freq(monkeypat
     env = gym.make("Pendulum-v1")
     policy = ActorCriticPolicy(env.observation_space, env.action_space, lambda _: 1e-3, net_arch=[8], use_sde=True)
     worker = RolloutWorker("Pendulum-v1", 2, policy, 12, policy_version=0, seed=0, sde_sample_freq=4)
-    calls = []
-    reset_noise = worker.sampler.policy.reset_noise
-    worker.sampler.policy.reset_noise = lambda n=1: (calls.append(n), reset_noise(n))[1]
+    calls = record_reset_noise(worker.sampler.policy)
     worker.sample(None, 0)
     assert calls == [2] * 4  # the segment's start, then steps 0, 4 and 8
 
