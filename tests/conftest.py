@@ -95,7 +95,12 @@ def record_reset_noise(policy) -> list[int]:
     """The list that ``policy.reset_noise`` (gSDE's new noise matrix) appends its ``n_envs`` to, call by call."""
     calls: list[int] = []
     reset_noise = policy.reset_noise
-    policy.reset_noise = lambda n_envs=1: (calls.append(n_envs), reset_noise(n_envs))[1]
+
+    def recording_reset_noise(n_envs: int = 1) -> None:
+        calls.append(n_envs)
+        reset_noise(n_envs)
+
+    policy.reset_noise = recording_reset_noise
     return calls
 
 
