@@ -23,6 +23,14 @@ for env in BreakoutNoFrameskip-v4 PongNoFrameskip-v4; do
         --device cuda --out "$OUT/atari_throughput"
 done
 
+# The learner on the GPU, the environments in the learner's process (DummyVecEnv), the Atari entries' thread
+# collector against collecting then training: docs/algorithms/collectors.md, "With the learner on a GPU"
+# (the table "overlap-gpu-learner", 2026-11-27: one repeat of 30 batches each, on an H200 machine).
+for algo in impact impala; do
+    python -m benchmarks throughput --algo "$algo" --env BreakoutNoFrameskip-v4 --batches 30 --repeats 1 --device cuda \
+        --out "$OUT/overlap_gpu_learner"
+done
+
 # Not run yet (about 2.5 h per 10M-step IMPACT run at 2000 steps/s): learning on Atari at PPO's yml budget.
 # python -m benchmarks run --algos ppo impact --env PongNoFrameskip-v4 BreakoutNoFrameskip-v4 --seeds 3 --steps 10000000 \
 #     --eval-seconds 300 --eval-episodes 5 --subproc ppo impact --device cuda --jobs 2 --out "$OUT/atari"
