@@ -29,7 +29,7 @@ from .algorithms import (
     short_pendulum,
 )
 from .conftest import ImageEnv
-from .test_recurrent import SMALL_LSTM, collect, random_ends, recurrent_policy
+from .test_recurrent import collect, random_ends, recurrent_policy, small_recurrent_model
 
 pytestmark = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 
@@ -78,10 +78,7 @@ def test_cnn_policy_with_a_cuda_learner(algo, collector):
 @pytest.mark.parametrize("algo", [IMPACT, IMPALA])
 @pytest.mark.parametrize("collector", COLLECTORS)
 def test_recurrent_cuda_learner_with_each_collector(algo, collector, tmp_path):
-    model = algo(
-        "MlpLstmPolicy", make_vec_env(random_ends, n_envs=2, seed=0), n_steps=8, batch_size=8, collector=collector,
-        policy_kwargs=SMALL_LSTM, seed=0, device="cuda",
-    )  # fmt: skip
+    model = small_recurrent_model(algo, collector, device="cuda")
     model.learn(160)
     assert model.num_timesteps == model.sampled_steps == model.trained_steps + model.dropped_steps == 160
     assert model.policy.device.type == "cuda" and model.gradient_steps > 0

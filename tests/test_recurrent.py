@@ -48,6 +48,14 @@ def recurrent_policy(env, **kwargs) -> RecurrentActorCriticPolicy:
     return policy
 
 
+def small_recurrent_model(algo, collector: str, device: str = "cpu"):
+    """``algo`` with a small LSTM policy on two envs of random-length episodes, 8-step segments."""
+    return algo(
+        "MlpLstmPolicy", make_vec_env(random_ends, n_envs=2, seed=0), n_steps=8, batch_size=8, collector=collector,
+        policy_kwargs=SMALL_LSTM, seed=0, device=device,
+    )  # fmt: skip
+
+
 def collect(policy, n_envs=3, n_steps=12, segments=3, seed=0):
     env = make_vec_env(random_ends, n_envs=n_envs, seed=seed)
     th.manual_seed(seed)
@@ -199,10 +207,7 @@ def test_a_policy_copy_keeps_the_lstm_sizes():
 @pytest.mark.parametrize("algo", [IMPACT, IMPALA])
 @pytest.mark.parametrize("collector", ["sync", "thread", "process"])
 def test_recurrent_learn_with_each_collector_counts_every_step(algo, collector):
-    model = algo(
-        "MlpLstmPolicy", make_vec_env(random_ends, n_envs=2, seed=0), n_steps=8, batch_size=8, collector=collector,
-        policy_kwargs=SMALL_LSTM, seed=0, device="cpu",
-    )  # fmt: skip
+    model = small_recurrent_model(algo, collector)
     model.learn(160)
     assert model.num_timesteps == model.sampled_steps == model.trained_steps + model.dropped_steps == 160
     assert model.gradient_steps > 0
