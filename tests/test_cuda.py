@@ -1,8 +1,8 @@
 """
 The learner on a CUDA device, the collection on the CPU: every (algorithm, collector) pair of the sync, thread and
-forked process collectors (Ray's needs a cluster's worth of set-up and is left out); what a GPU machine gives by default (``device="auto"`` is CUDA, ``collector="auto"`` the forked process);
-CNN and recurrent policies; and the learner's replay on CUDA against the behaviour log-probabilities the CPU copy
-recorded at equal weights. Skipped without a CUDA device.
+forked process collectors (Ray's is left out); what a GPU machine gives by default (``device="auto"`` is CUDA,
+``collector="auto"`` the forked process); CNN and recurrent policies; and the learner's replay on CUDA against the
+behaviour log-probabilities the CPU copy recorded at equal weights. Skipped without a CUDA device.
 """
 
 import copy
