@@ -30,13 +30,14 @@ ATARI_MIN_EVAL_EPISODES = 10
 COMPARED_SETTINGS = ("steps", "max_seconds", "eval_freq", "eval_seconds", "eval_episodes", "eval_policy", "torch_threads")
 
 # rl-zoo3's benchmark (benchmark.md of rl-baselines3-zoo 2.x), mean return at its yml's budget (1M steps for MuJoCo,
-# for the -v3/-v4 ids of the tasks the results page runs on -v5; 100k for the NoVel tasks): the figure an SB3 user
-# expects the baseline to reach.
+# for the -v3/-v4 ids of the tasks the results page runs on -v5; 100k for CartPole-v1 and the NoVel tasks): the
+# figure an SB3 user expects the baseline to reach.
 PUBLISHED_RETURNS: dict[tuple[str, str], float] = {
     ("ppo", "HalfCheetah-v5"): 5819.0,
     ("ppo", "Hopper-v5"): 2410.0,
     ("ppo", "Walker2d-v5"): 3479.0,
     ("sac", "HalfCheetah-v5"): 9535.0,
+    ("ppo", "CartPole-v1"): 500.0,
     ("ppo_lstm", "CartPoleNoVel-v1"): 500.0,
     ("ppo_lstm", "PendulumNoVel-v1"): -217.933,
 }

@@ -34,6 +34,10 @@ python -m benchmarks run --algos ppo ppo_amber --env HalfCheetah-v5 --first-seed
 python -m benchmarks run --algos ppo ppo_amber --env Walker2d-v5 --first-seed 100 --seeds 3 "${STEPS_1M[@]}" \
     --out "$OUT/ppo_amber_ppo_1m"
 
+# PTR-PPO's steps to PPO's return on CartPole-v1, at the yml budget of both (100k steps, step-based).
+python -m benchmarks run --algos ppo ptr_ppo --env CartPole-v1 --first-seed 100 --seeds 3 --steps 100000 \
+    --eval-freq 5000 --eval-episodes 10 --jobs 1 --torch-threads 1 --out "$OUT/ptr_ppo_ppo_cartpole"
+
 # PTR-PPO under the Atari protocol: 160k steps (the paper's Table 2 budget), 10 stochastic whole games every 20k.
 python -m benchmarks run --algos ppo ptr_ppo --env AtlantisNoFrameskip-v4 QbertNoFrameskip-v4 UpNDownNoFrameskip-v4 \
     BreakoutNoFrameskip-v4 --first-seed 100 --seeds 3 --steps 160000 --eval-freq 20000 --eval-episodes 10 --jobs 1 \
