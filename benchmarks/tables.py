@@ -364,8 +364,14 @@ def atari_table(table: Table, write_files: bool) -> str:
             spread_cell([human_normalized(env, value) for value in scores[env].get(algo, {}).values()], digits=3)
             for algo in algos
         ]
-        seeds = sorted({seed for by_seed in scores[env].values() for seed in by_seed})
-        lines.append("| " + " | ".join([atari_game(env), *raw, *normalised, ", ".join(map(str, seeds))]) + " |")
+        seed_lists = {
+            name: ", ".join(map(str, sorted(scores[env].get(algo, {})))) for algo, name in zip(algos, names, strict=True)
+        }
+        if len(set(seed_lists.values())) == 1:
+            seeds = next(iter(seed_lists.values()))
+        else:  # a game still filling: which algo has which seeds
+            seeds = "; ".join(f"`{name}` {seed_list or '-'}" for name, seed_list in seed_lists.items())
+        lines.append("| " + " | ".join([atari_game(env), *raw, *normalised, seeds]) + " |")
     complete = [env for env in games if all(len(scores[env].get(algo, {})) >= 3 for algo in algos)]
     lines.append("")
     if complete:

@@ -334,6 +334,17 @@ def test_an_atari_table_gives_human_normalised_scores_an_iqm_and_a_profile(tmp_p
     assert "IQM human-normalised" in (root / "README.md").read_text()
 
 
+def test_an_atari_game_still_filling_says_which_algo_has_which_seeds_and_is_not_aggregated(tmp_path):
+    root = repository(tmp_path, [entry("atari", ["BreakoutNoFrameskip-v4"], kind="atari")], [])
+    curves = {("ppo", seed): [0, 1, 2, 3, 4] for seed in (100, 101, 102)}
+    curves[("ptr_ppo", 100)] = [0, 1, 2, 3, 5]
+    write_table(root / "data" / "atari", "BreakoutNoFrameskip-v4", curves)
+    tables_main(root)
+    page = (root / "docs" / "results.md").read_text()
+    assert "`ppo` 100, 101, 102; `ptr_ppo` 100 |" in page
+    assert "No game has 3 seeds of every algorithm yet" in page and "IQM of human-normalised scores" not in page
+
+
 def test_a_manifest_table_without_its_block_is_refused(tmp_path):
     root = repository(tmp_path, [entry("x", ["Env-v0"])], [])
     text = (root / "docs" / "results.md").read_text()
