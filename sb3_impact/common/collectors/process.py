@@ -23,20 +23,12 @@ from typing import Any
 
 import numpy as np
 import torch as th
-from stable_baselines3.common.vec_env import VecEnv, VecNormalize
+from stable_baselines3.common.vec_env import unwrap_vec_normalize
 
 from sb3_impact.common.collectors.base import Collector, CollectorError, check_queue_size
 from sb3_impact.common.collectors.sampler import CollectionInterrupted, SegmentSampler, skip_distribution_argument_checks
 from sb3_impact.common.collectors.shared_slots import SegmentSlots
 from sb3_impact.common.segments import Segment
-
-
-def _vec_normalize(env: VecEnv) -> VecNormalize | None:
-    while env is not None:
-        if isinstance(env, VecNormalize):
-            return env
-        env = getattr(env, "venv", None)
-    return None
 
 
 def _picklable_error(error: BaseException) -> BaseException:
@@ -63,7 +55,7 @@ def _collect_in_child(
     th.set_num_threads(1)
     skip_distribution_argument_checks()
     local_version = -1
-    normalizer = _vec_normalize(sampler.env)
+    normalizer = unwrap_vec_normalize(sampler.env)
     try:
         # The fork copied the parent's random states and its (unstepped) env: draw fresh ones, so that
         # successive learn() calls do not replay the same actions and episode starts.
@@ -125,7 +117,7 @@ class ProcessCollector(Collector):
         self._context = mp.get_context("fork")
         self._process: Any = None
         self._sampled_steps: Any = self._context.Value("q", 0, lock=False)
-        self._normalizer = _vec_normalize(sampler.env)
+        self._normalizer = unwrap_vec_normalize(sampler.env)
         self.slots: SegmentSlots | None = None
         self.queued_steps_dropped = 0
 
