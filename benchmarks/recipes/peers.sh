@@ -10,12 +10,12 @@
 # Sample Factory is not run: see docs/guide/benchmarks.md, "Peers".
 set -euo pipefail
 OUT=${OUT:-results}
-PEER_VENV=${PEER_VENV:-.venv-rllib}
+PEER_VENV=$(realpath -m "${PEER_VENV:-.venv-rllib}")   # relative to the repository root, or absolute
 if [ ! -x "$PEER_VENV/bin/python" ]; then
     python -m venv "$PEER_VENV"
     "$PEER_VENV/bin/pip" install -c constraints.txt "ray[rllib]==2.60.0" "gymnasium[mujoco]==1.2.2" ale-py opencv-python-headless "torch==2.13.0"
 fi
-export SB3_IMPACT_PEER_PYTHON="$PWD/$PEER_VENV/bin/python"
+export SB3_IMPACT_PEER_PYTHON="$PEER_VENV/bin/python"
 WALL=(--first-seed 100 --seeds 3 --steps 100000000 --eval-episodes 10 --jobs 1)
 
 python -m benchmarks run --algos impact rllib_appo --env HalfCheetah-v5 "${WALL[@]}" --max-seconds 600 --eval-seconds 60 \
