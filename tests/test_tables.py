@@ -334,6 +334,20 @@ def test_an_atari_table_gives_human_normalised_scores_an_iqm_and_a_profile(tmp_p
     assert "IQM human-normalised" in (root / "README.md").read_text()
 
 
+def test_the_readme_atari_row_waits_for_every_game(tmp_path, monkeypatch):
+    monkeypatch.setattr(statistics, "BOOTSTRAP_REPS", 100)
+    games = ["QbertNoFrameskip-v4", "BreakoutNoFrameskip-v4"]
+    root = repository(tmp_path, [entry("atari", games, kind="atari")], [
+        {"algorithm": "PTR-PPO", "env": "Qbert, Breakout", "budget": "4k steps", "table": "atari", "algo": "ptr_ppo",
+         "against": "PPO"}])  # fmt: skip
+    curves = {(algo, seed): [0, 1, 2, 3, 4] for algo in ("ppo", "ptr_ppo") for seed in (100, 101, 102)}
+    write_table(root / "data" / "atari", "BreakoutNoFrameskip-v4", curves)  # Qbert has not run yet
+    tables_main(root)
+    assert "IQM of human-normalised scores" in (root / "docs" / "results.md").read_text()  # over Breakout, named
+    readme = (root / "README.md").read_text()
+    assert "not yet re-measured under the protocol: 1 of 2 games so far" in readme and "IQM human-normalised" not in readme
+
+
 def test_an_atari_game_still_filling_says_which_algo_has_which_seeds_and_is_not_aggregated(tmp_path):
     root = repository(tmp_path, [entry("atari", ["BreakoutNoFrameskip-v4"], kind="atari")], [])
     curves = {("ppo", seed): [0, 1, 2, 3, 4] for seed in (100, 101, 102)}
