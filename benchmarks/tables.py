@@ -221,12 +221,18 @@ def relative(page: str, target: str) -> str:
 
 
 def median_cell(median: float, bounds: list[float | None] | None) -> str:
-    """The median ratio, or the bound the censored seeds leave of it (``bounds``: ``[low, high]``, high None: none)."""
+    """
+    The median ratio, or the bound the censored seeds leave of it (``bounds``: ``[low, high]``, high None: none). A
+    lower bound under 1 says nothing about who is faster: ours stopped at a budget that came before the baseline's
+    time, so the cell says first that the return was not reached.
+    """
     if not bounds or bounds[0] == bounds[1]:
         return f"{median:.2f}"
     low, high = bounds
     if high is None:
-        return f">= {low:.2f}" if low > 0 else "undetermined"
+        if low <= 0:
+            return "undetermined"
+        return f">= {low:.2f}" if low >= 1 else f"not reached in the budget, >= {low:.2f}"
     return f"<= {high:.2f}" if low == 0 else f"{low:.2f} to {high:.2f}"
 
 
@@ -234,8 +240,8 @@ def ratio_cell(paired: dict[str, Any], key: str) -> str:
     """
     ``median [min, max]`` of the paired ratios, with the seeds that never got there (censored) counted. Where the
     censored seeds leave the median undetermined (:func:`benchmarks.summary.median_bounds`) the median is given as
-    the bound it is: ``>= 0.09`` (ours never got there in most seeds), ``<= 0.40`` (the baseline did not),
-    ``0.09 to 0.40``, or ``undetermined`` (neither did, in most seeds).
+    the bound it is: ``>= 1.61`` (ours never got there in most seeds; under 1: ``not reached in the budget, >= 0.09``),
+    ``<= 0.40`` (the baseline did not), ``0.09 to 0.40``, or ``undetermined`` (neither did, in most seeds).
     """
     stats = paired[key]
     if stats["n"] == 0:
