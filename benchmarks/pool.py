@@ -26,6 +26,7 @@ from stable_baselines3.common.vec_env import (
 from tqdm.auto import tqdm
 
 from benchmarks.config import algo_class, load_zoo_hyperparams, make_training_env, split_env_params
+from benchmarks.diagnostics import DiagnosticsRecorder
 from benchmarks.output import EvalPoint, machine_id
 from benchmarks.peers import is_peer, run_peer
 from benchmarks.recorders import Recorder, record_path, recorders_for
@@ -87,12 +88,19 @@ class TimedEvalCallback(BaseCallback):
         if isinstance(self.model.get_vec_normalize_env(), VecNormalize):
             sync_envs_normalization(self.training_env, self.eval_env)
         if self.n_eval_episodes > 0:
+            observers = [recorder for recorder in self.recorders if recorder.wants_observations()]
+
+            def observe(locals_: dict[str, Any], globals_: dict[str, Any]) -> None:
+                for recorder in observers:
+                    recorder.observe(locals_["observations"][locals_["i"]])
+
             rewards, _ = evaluate_policy(
                 self.model,
                 self.eval_env,
                 self.n_eval_episodes,
                 deterministic=self.deterministic,
                 return_episode_rewards=True,
+                callback=observe if observers else None,
             )
         else:  # throughput only: the point records steps and wall time, no return
             rewards = [float("nan")]
@@ -176,7 +184,7 @@ def run_benchmark(spec: RunSpec) -> list[EvalPoint]:
         eval_env = make_training_env(spec.env_id, 1, spec.seed + 10_000, normalize, **wrappers)
         if isinstance(eval_env, VecNormalize):
             eval_env.training, eval_env.norm_reward = False, False
-        recorders = recorders_for(spec.algo, spec.records, spec.seed)
+        recorders = [DiagnosticsRecorder(spec.algo, spec.seed), *recorders_for(spec.algo, spec.records, spec.seed)]
         callback = TimedEvalCallback(
             eval_env,
             spec.eval_freq,

@@ -49,6 +49,13 @@ class Recorder(BaseCallback):
     def on_evaluation(self) -> None:
         """Called by the evaluation callback at each evaluation point (its time is excluded from the wall time)."""
 
+    def wants_observations(self) -> bool:
+        """Whether the evaluation callback should pass each observation the evaluated policy acts on to ``observe``."""
+        return False
+
+    def observe(self, observation: Any) -> None:
+        """One observation of an evaluation episode, before the policy acts on it (see ``wants_observations``)."""
+
     def _on_step(self) -> bool:
         return True
 

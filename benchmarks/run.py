@@ -27,7 +27,11 @@ With ``--record NAME``, each run of the algorithm NAME is for also records model
 (``benchmarks/recorders.py``: ReF-ER's far-policy fraction and KL, PPO-AMBER's active batches, PTR-PPO's
 priorities) into ``OUT/records/ENV/NAME/`` and ``ENV_NAME.png``. Variants compare settings side by side, e.g.
 ``--algos "vracer[refer_rules=[1,2]]" "vracer[refer_rules=[]]" --record refer`` (the ReF-ER ablation).
-Runs made side by side into separate ``--out`` folders are put into one table with ``--merge DIR ...``.
+Every run also stores its diagnostics at each evaluation point (``benchmarks/diagnostics.py``: the logger's
+``train/``, ``rollout/`` and ``collector/`` values and the mean ``|mu|`` of ``Box`` actions) in
+``OUT/records/ENV/diagnostics/``; ``--plot-diagnostics KEY ...`` draws them under the return curve
+(``ENV_diagnostics.png``). Runs made side by side into separate ``--out`` folders are put into one table with
+``--merge DIR ...``.
 A failed run is recorded as failed (with its error) and the others continue. Ctrl-C stops the runs
 in progress (their worker processes and everything they started) and keeps the ones that finished.
 """
@@ -43,6 +47,7 @@ import torch as th
 from tqdm.auto import tqdm
 
 from benchmarks.config import hyperparams_source, validate_names
+from benchmarks.diagnostics import plot_diagnostics
 from benchmarks.output import (
     EvalPoint,
     machine_description,
@@ -93,6 +98,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     recorders = ", ".join(f"{name} ({recorder.algo})" for name, recorder in RECORDERS.items())
     parser.add_argument("--record", nargs="+", default=[], metavar="NAME",
                         help=f"also record model statistics: {recorders} (OUT/records/, OUT/ENV_NAME.png)")  # fmt: skip
+    parser.add_argument("--plot-diagnostics", nargs="+", default=[], metavar="KEY",
+                        help="draw OUT/ENV_diagnostics.png: the return curve with a panel per logged diagnostic under "
+                        "it (a key of OUT/records/ENV/diagnostics/*.csv or its last part: entropy_loss, approx_kl, "
+                        "clip_fraction, action_mean_abs, ...)")  # fmt: skip
     parser.add_argument("--append", action="store_true", help="keep the runs already in --out/ENV.csv (same machine)")
     parser.add_argument("--summarize", action="store_true",
                         help="run nothing: rewrite ENV.json and ENV.png from the rows in --out/ENV.csv")  # fmt: skip
@@ -228,6 +237,7 @@ def write_results(
     write_json(summary, args.out / f"{env_id}.json")
     plot_curves(points, args.out / f"{env_id}.png", threshold)
     plot_records(args.out, env_id, args.record)
+    plot_diagnostics(args.out, env_id, points, args.plot_diagnostics)
     return summary
 
 

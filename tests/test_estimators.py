@@ -14,6 +14,7 @@ import torch as th
 from sb3_impact.common.estimators import (
     MAX_LOG_RATIO,
     MAX_RATIO,
+    approx_kl,
     batch_average_is_weight,
     clamp_log_ratio,
     clamped_ratio,
@@ -740,3 +741,18 @@ def test_batch_average_is_weight_against_per_sample_reference(dtype):
     value = batch_average_is_weight(th.tensor(current, dtype=dtype), th.tensor(behaviour, dtype=dtype))
     assert math.isfinite(value)
     assert value == pytest.approx(sum(terms) / len(terms), rel=1e-12)
+
+
+def test_approx_kl_estimates_the_kl_from_behaviour_samples_and_stays_finite():
+    """approx_kl against KL(mu || pi) of two Gaussians computed in closed form, on samples from mu; zero for equal
+    policies; non-negative and finite for extreme log-ratios."""
+    generator = th.Generator().manual_seed(0)
+    mu, pi = th.distributions.Normal(0.0, 1.0), th.distributions.Normal(0.3, 1.2)
+    actions = th.randn(200_000, generator=generator, dtype=th.float64)  # samples of mu
+    log_ratio = pi.log_prob(actions) - mu.log_prob(actions)
+    exact = th.distributions.kl_divergence(mu, pi).item()
+    assert approx_kl(log_ratio).item() == pytest.approx(exact, rel=0.03)
+    assert approx_kl(th.zeros(5)).item() == 0.0
+    extreme = th.tensor([-1e4, -50.0, 0.0, 50.0, 1e4], dtype=th.float32)
+    value = approx_kl(extreme)
+    assert th.isfinite(value) and value.item() >= 0.0

@@ -65,6 +65,16 @@ def clipped_ratio(log_ratio: ArrayOrTensor, threshold: float) -> ArrayOrTensor:
     return np.exp(np.minimum(log_ratio, log_threshold))
 
 
+def approx_kl(log_ratio: th.Tensor) -> th.Tensor:
+    """
+    The mean of ``(r - 1) - log r`` with ``r = pi / mu`` (Schulman's low-variance estimator of ``KL(mu || pi)`` on
+    samples from ``mu``, the one SB3's PPO logs as ``approx_kl``), in log space and clamped like
+    :func:`clamped_ratio`: non-negative and finite for any log-ratio.
+    """
+    clamped = clamp_log_ratio(log_ratio)
+    return (th.expm1(clamped) - clamped).mean()
+
+
 def _check_threshold(name: str, value: float) -> None:
     if not (value > 0 and math.isfinite(value)):
         raise ValueError(f"{name} must be a finite positive number, got {value}")

@@ -9,7 +9,7 @@ from stable_baselines3.common.distributions import Distribution
 from torch.nn import functional as F
 
 from sb3_impact.common.distributions import kl_from_params
-from sb3_impact.common.estimators import MAX_RATIO, clipped_ratio, clipped_surrogate
+from sb3_impact.common.estimators import MAX_RATIO, approx_kl, clipped_ratio, clipped_surrogate
 from sb3_impact.common.training_batch import Minibatch
 
 
@@ -85,6 +85,7 @@ def impact_loss(
             "loss": loss.detach(),
             "is_ratio_mean": is_ratio.mean(),
             "is_ratio_max": is_ratio.max(),
+            "approx_kl": approx_kl(log_prob.detach() - minibatch.behaviour_log_probs),  # KL(pi_worker || pi)
             "clip_fraction": (th.abs(ratio - 1) > clip_range).float().mean(),
         }
         if kl_to_target is not None:

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 import torch as th
 from torch.nn import functional as F
 
-from sb3_impact.common.estimators import MAX_RATIO, clipped_ratio
+from sb3_impact.common.estimators import MAX_RATIO, approx_kl, clipped_ratio
 from sb3_impact.common.training_batch import Minibatch
 
 
@@ -57,6 +57,7 @@ def impala_loss(
             "loss": loss.detach(),
             "is_ratio_mean": is_ratio.mean(),
             "is_ratio_max": is_ratio.max(),
+            "approx_kl": approx_kl(log_prob.detach() - minibatch.behaviour_log_probs),  # KL(pi_worker || pi)
         }
     return loss, stats
 

@@ -1,0 +1,78 @@
+"""Every benchmark run stores its diagnostics at each evaluation point (benchmarks/diagnostics.py)."""
+
+import csv
+
+import numpy as np
+import pytest
+import torch as th
+from stable_baselines3 import PPO, SAC, TD3
+
+from benchmarks import run as run_module
+from benchmarks.diagnostics import action_mean_abs, diagnostics_path, logged_key, plot_diagnostics
+from benchmarks.output import read_csv
+from sb3_impact import VRACER
+
+
+def read_rows(path):
+    with open(path) as file:
+        return list(csv.DictReader(file))
+
+
+def test_every_run_stores_the_logged_values_and_the_action_mean_at_each_evaluation(tmp_path):
+    algos = ["ppo[n_envs=2,n_steps=64,batch_size=32,n_epochs=2]", "impact_default[n_steps=32]"]
+    common = ["--seeds", "1", "--steps", "768", "--eval-freq", "256", "--eval-episodes", "1", "--out", str(tmp_path)]
+    run_module.main(
+        ["--algos", *algos, "--env", "Pendulum-v1", *common, "--plot-diagnostics", "entropy_loss", "action_mean_abs"]
+    )
+    points = read_csv(tmp_path / "Pendulum-v1.csv")
+    for algo in algos:
+        rows = read_rows(next((tmp_path / "records" / "Pendulum-v1" / "diagnostics").glob(f"{algo[:3]}*_seed0.csv")))
+        # one row per evaluation point, at the same steps as the returns
+        assert [int(row["steps"]) for row in rows] == [p.steps for p in points if p.algo == algo]
+        assert all(float(row["action_mean_abs"]) >= 0.0 for row in rows)
+        trained = rows[1:]  # the point at step 0 precedes any training
+        for key in ["train/entropy_loss", "train/approx_kl", "train/learning_rate", "train/value_loss"]:
+            assert all(np.isfinite(float(row[key])) for row in trained), key
+        assert all(float(row["train/approx_kl"]) >= 0.0 for row in trained)
+    impact_rows = read_rows(diagnostics_path(tmp_path, "Pendulum-v1", algos[1], 0))
+    assert all(float(row["collector/sampled_steps"]) > 0 for row in impact_rows[1:])
+    assert (tmp_path / "Pendulum-v1_diagnostics.png").stat().st_size > 10_000
+
+
+def test_the_action_mean_is_the_unclipped_gaussian_mean_of_each_kind_of_policy():
+    observations = np.zeros((8, 3), dtype=np.float32)
+    ppo = PPO("MlpPolicy", "Pendulum-v1", seed=0)
+    with th.no_grad():
+        ppo.policy.action_net.bias.fill_(12.0)  # far outside the box [-2, 2]: what clipped actions would hide
+        ppo.policy.action_net.weight.zero_()
+    assert action_mean_abs(ppo.policy, observations) == pytest.approx(12.0)
+    sac = SAC("MlpPolicy", "Pendulum-v1", seed=0)
+    with th.no_grad():
+        sac.policy.actor.mu.bias.fill_(-5.0)  # before tanh
+        sac.policy.actor.mu.weight.zero_()
+    assert action_mean_abs(sac.policy, observations) == pytest.approx(5.0)
+    td3 = TD3("MlpPolicy", "Pendulum-v1", seed=0)
+    assert 0.0 <= action_mean_abs(td3.policy, observations) <= 1.0  # tanh-squashed, in [-1, 1]
+    vracer = VRACER("MlpPolicy", "Pendulum-v1", seed=0)
+    mean = vracer.policy.forward_parts(th.zeros(8, 3))[0]
+    assert action_mean_abs(vracer.policy, observations) == pytest.approx(mean.abs().mean().item())
+
+
+def test_a_diagnostic_is_named_by_its_key_or_its_last_part(tmp_path):
+    rows = [
+        {
+            "algo": "a",
+            "seed": "0",
+            "steps": "0",
+            "train/entropy_loss": "-1",
+            "train/value_loss": "2",
+            "rollout/value_loss": "3",
+        }
+    ]
+    assert logged_key(rows, "entropy_loss") == "train/entropy_loss"
+    assert logged_key(rows, "train/value_loss") == "train/value_loss"
+    with pytest.raises(ValueError, match="ambiguous"):
+        logged_key(rows, "value_loss")
+    with pytest.raises(ValueError, match="'clip_fraction': none; the runs logged"):
+        logged_key(rows, "clip_fraction")
+    assert plot_diagnostics(tmp_path, "Env-v0", [], ["entropy_loss"]) is None  # no stored diagnostics: no figure
