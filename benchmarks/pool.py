@@ -157,7 +157,7 @@ class RunSpec:
     eval_seconds: float | None = None
     max_seconds: float | None = None
     records: tuple[str, ...] = ()  # recorder names (benchmarks/recorders.py); each writes under record_dir
-    record_dir: str = ""
+    record_dir: str = ""  # where the recorders and the diagnostics write (empty: nowhere, as a run outside the runner)
     deterministic: bool = True  # the evaluation policy (benchmarks.protocol.eval_policy: stochastic for Atari)
     peer_python: str = ""  # the Python of a peer's own environment (benchmarks.peers)
 
@@ -200,7 +200,7 @@ def run_benchmark(spec: RunSpec) -> list[EvalPoint]:
         model = algo_class(spec.algo)(env_params["policy"], env, seed=spec.seed, device=spec.device, **params)
         model.learn(spec.steps or int(env_params["n_timesteps"]), callback=CallbackList([callback, *recorders]))
         eval_env.close()
-        for recorder in recorders:
+        for recorder in recorders if spec.record_dir else []:
             recorder.write(record_path(Path(spec.record_dir), spec.env_id, recorder.name, spec.algo, spec.seed))
         return callback.points
     except KeyboardInterrupt:
