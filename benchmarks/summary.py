@@ -89,7 +89,7 @@ def time_to_return(run: list[EvalPoint], target: float, eval_episodes: int, step
     evaluated = trained_points(run, step_budget)
     hit = held_crossing(run, target, eval_episodes, step_budget)
     if hit is not None:
-        return TimeToReturn(hit.steps, hit.wall_seconds, False, hit is evaluated[0])
+        return TimeToReturn(hit.steps, hit.wall_seconds, False, hit.steps == evaluated[0].steps)
     last = evaluated[-1] if evaluated else None
     return TimeToReturn(last.steps, last.wall_seconds, True, False) if last else TimeToReturn(0, 0.0, True, False)
 
