@@ -11,7 +11,8 @@ The measurement protocol (docs/guide/benchmarks.md, "Protocol"), enforced here r
 - **Atari**: rl-zoo3's protocol (Machado et al., 2018, as rl-zoo3 evaluates): ``NoFrameskip-v4`` ids with
   rl-zoo3's ``AtariWrapper`` (up to 30 random no-op starts, no sticky actions), whole games of at most 108k frames
   (the ids' own cap), evaluated with the stochastic policy for at least :data:`ATARI_MIN_EVAL_EPISODES` games;
-  scores are also given human-normalised (:data:`ATARI_REFERENCE_SCORES`).
+  scores are also given human-normalised (:data:`ATARI_REFERENCE_SCORES`), and random play's score is the
+  untrained return a time ratio's target must beat (:func:`random_play_score`).
 - **Published baselines**: rl-zoo3's benchmark figures at 1M steps (:data:`PUBLISHED_RETURNS`), the second target
   of the paired time-to-return ratios.
 """
@@ -80,12 +81,22 @@ def atari_game(env_id: str) -> str:
     return re.sub(r"(NoFrameskip)?-v\d+$", "", name)
 
 
-def human_normalized(env_id: str, score: float) -> float:
-    """``(score - random) / (human - random)`` with :data:`ATARI_REFERENCE_SCORES`; raises for an unknown game."""
+def reference_scores(env_id: str) -> tuple[float, float]:
+    """The game's random-play and human scores (:data:`ATARI_REFERENCE_SCORES`); raises for an unknown game."""
     game = atari_game(env_id)
     if game not in ATARI_REFERENCE_SCORES:
         raise ProtocolError(f"no random/human reference scores for {game!r}; known: {', '.join(ATARI_REFERENCE_SCORES)}")
-    random_score, human_score = ATARI_REFERENCE_SCORES[game]
+    return ATARI_REFERENCE_SCORES[game]
+
+
+def random_play_score(env_id: str) -> float:
+    """Random play's score of the game (Mnih et al., 2015): on Atari, the return of an untrained policy."""
+    return reference_scores(env_id)[0]
+
+
+def human_normalized(env_id: str, score: float) -> float:
+    """``(score - random) / (human - random)`` with :data:`ATARI_REFERENCE_SCORES`; raises for an unknown game."""
+    random_score, human_score = reference_scores(env_id)
     return (score - random_score) / (human_score - random_score)
 
 

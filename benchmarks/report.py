@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.output import EvalPoint, read_csv
+from benchmarks.statistics import MIN_RUNS_TRIMMED, central_name
 
 
 def median_range(stats: dict[str, Any] | None, digits: int = 0) -> str:
@@ -51,6 +52,12 @@ def machine_line(machine: dict[str, Any]) -> str:
 def learning_table(summary: dict[str, Any]) -> str:
     threshold, baseline = summary["threshold"], summary["baseline"]
     machine = summary["machine"]
+    at_budget = all("budget_eval" in entry for entry in summary["algos"].values()) and threshold is None
+    # With a step budget, the evaluation at the budget is the one compared (not one after an overshooting rollout).
+    returns, ratios = (
+        ("budget_eval", "budget_return_ratio_vs_baseline") if at_budget else ("final_eval", "final_return_ratio_vs_baseline")
+    )
+    central = central_name([entry[returns]["n"] for entry in summary["algos"].values()])
     every = (
         f"{summary['eval_seconds']:g} s of training"
         if summary.get("eval_seconds")
@@ -64,7 +71,8 @@ def learning_table(summary: dict[str, Any]) -> str:
         f"Machine: {machine_line(machine)}; "
         f"{summary.get('eval_episodes', '?')} {summary.get('eval_policy') or 'deterministic'} evaluation episodes every "
         f"{every}{budget}; "
-        f"medians over seeds [min, max]; IQM: interquartile mean over seeds [95% bootstrap CI]; "
+        f"medians over seeds [min, max]; {central} over seeds [95% bootstrap CI] (the interquartile mean, the mean "
+        f"under {MIN_RUNS_TRIMMED} seeds); "
         f"ratios vs `{baseline}` paired by seed.",
     ]
     if summary.get("hyperparams"):
@@ -72,7 +80,6 @@ def learning_table(summary: dict[str, Any]) -> str:
         lines.append(f"Hyperparameters: {sources}.")
     lines.append("")
     checkpoints = list(next(iter(summary["algos"].values()), {}).get("return_at_seconds", {}))
-    at_budget = all("budget_eval" in entry for entry in summary["algos"].values()) and threshold is None
     if threshold is not None:
         lines += [
             "| algo | reached | steps to threshold | wall s to threshold | steps ratio | wall ratio | final return |",
@@ -81,12 +88,8 @@ def learning_table(summary: dict[str, Any]) -> str:
     else:
         at = [f"return at {seconds} s" for seconds in checkpoints]
         compared = "final return" if not at_budget else f"return at {summary['steps']} steps"
-        header = ["algo", "seeds", *at, "final steps", compared, f"{compared} IQM", f"{compared}: ratio"]
+        header = ["algo", "seeds", *at, "final steps", compared, f"{compared} {central}", f"{compared}: ratio"]
         lines += ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-    # With a step budget, the evaluation at the budget is the one compared (not one after an overshooting rollout).
-    returns, ratios = (
-        ("budget_eval", "budget_return_ratio_vs_baseline") if at_budget else ("final_eval", "final_return_ratio_vs_baseline")
-    )
     for algo, entry in sorted(summary["algos"].items(), key=lambda item: (item[0] != baseline, item[0])):
         final = median_range(entry[returns], 1)
         if entry.get("failed"):

@@ -20,7 +20,7 @@ another number); the rows written are the same as a sequential run's, in the sam
 
 Writes, per env, into ``--out`` (after every finished run, so Ctrl-C keeps what finished):
 - ``ENV.csv``: algo, seed, env steps, wall seconds, eval mean, eval std, status, error, device, machine;
-- ``ENV.json``: steps and wall seconds to the threshold per algo and seed, final returns, medians with
+- ``ENV.json``: steps and wall seconds to the threshold's held crossing per algo and seed, final returns, medians with
   min/max, and ratios against the baseline paired by seed and machine;
 - ``ENV.png``: return against env steps and against wall seconds (median and min/max band over seeds).
 With ``--record NAME``, each run of the algorithm NAME is for also records model statistics over training
@@ -216,7 +216,12 @@ def write_results(
     write_csv(points, args.out / f"{env_id}.csv")
     step_budget = None if made_with.max_seconds else made_with.steps
     summary = threshold_summary(
-        points, threshold, baseline=baseline, wall_checkpoints=wall_checkpoints(made_with), step_budget=step_budget
+        points,
+        threshold,
+        baseline=baseline,
+        wall_checkpoints=wall_checkpoints(made_with),
+        step_budget=step_budget,
+        eval_episodes=made_with.eval_episodes,
     )
     algos = sorted({point.algo for point in points}, key=lambda algo: (algo != baseline, algo))
     seeds = sorted({point.seed for point in points})

@@ -18,6 +18,7 @@ import numpy as np
 BOOTSTRAP_REPS = 2000
 IMPROVEMENT_REPS = 1000
 CONFIDENCE = 0.95
+MIN_RUNS_TRIMMED = 4  # the IQM cuts int(0.25 * n) runs off each end: none below 4, where it is the mean
 
 
 def _rliable():
@@ -47,6 +48,18 @@ def _interval_estimates(score_dict: dict, function, reps: int) -> tuple[dict, di
         return library.get_interval_estimates(
             score_dict, function, reps=reps, confidence_interval_size=CONFIDENCE, random_state=np.random.RandomState(0)
         )
+
+
+def central_name(counts: list[int]) -> str:
+    """
+    What an "IQM" over each of ``counts`` scores (runs, or runs times tasks pooled) is: ``IQM`` where every count
+    is :data:`MIN_RUNS_TRIMMED` or more, ``mean`` where none is (the quarter cut off each end is no score), and
+    ``IQM (mean under 4 runs)`` where they mix.
+    """
+    trimmed = [count >= MIN_RUNS_TRIMMED for count in counts]
+    if all(trimmed):
+        return "IQM"
+    return "mean" if not any(trimmed) else f"IQM (mean under {MIN_RUNS_TRIMMED} runs)"
 
 
 def as_matrix(scores: np.ndarray | list) -> np.ndarray:

@@ -1,13 +1,16 @@
-"""Statistics over seeds: thresholds and the first evaluation reaching them, medians with spread, the
-interquartile mean with its stratified-bootstrap interval (rliable), returns at wall-time checkpoints, the time and
-steps to a return paired by seed against the baseline's own, the probability of improvement over the baseline."""
+"""Statistics over seeds: the first held crossing of a return (thresholds, and the time and steps to a return paired
+by seed against the baseline's own), medians with spread, the interquartile mean with its stratified-bootstrap
+interval (rliable), returns at wall-time checkpoints, the probability of improvement over the baseline, and why a
+ratio of times would mean nothing where it would."""
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from benchmarks.output import EvalPoint
+from benchmarks.protocol import is_atari, random_play_score
+from benchmarks.report import score
 from benchmarks.statistics import iqm_with_interval, pooled_iqm, probability_of_improvement
 
 # Default "solved" thresholds (rl-zoo3 / gymnasium reward thresholds); --threshold overrides, other envs get none.
@@ -17,18 +20,34 @@ THRESHOLDS = {
     "LunarLander-v3": 200.0,
     "LunarLanderContinuous-v3": 200.0,
 }
+HOLDING_EVALUATIONS = 2  # the evaluations after a crossing that must hold it
 
 
-def first_reaching(points: list[EvalPoint], threshold: float | None) -> EvalPoint | None:
+def trained_points(run: list[EvalPoint], step_budget: int | None = None) -> list[EvalPoint]:
+    """The run's evaluations after training started (step 0 excluded), up to ``step_budget`` where given."""
+    return [p for p in run if p.status == "ok" and p.steps > 0 and (step_budget is None or p.steps <= step_budget)]
+
+
+def held_crossing(run: list[EvalPoint], target: float, eval_episodes: int, step_budget: int | None = None) -> EvalPoint | None:
     """
-    The first evaluation point after training started whose mean return is >= threshold.
+    The first evaluation after training started (up to ``step_budget``) whose return is at or above ``target`` and
+    held: each of the next :data:`HOLDING_EVALUATIONS` evaluations stays at or above ``target`` less its own noise,
+    the standard error of its mean (``eval_std / sqrt(eval_episodes)``). Near the end of the run every evaluation
+    that remains must hold; the last evaluation, with none after it, counts as it is: it is the return at the budget
+    that the tables compare, so a run is credited with the target at its budget exactly when its return there
+    reaches it. None where no crossing is held.
 
-    The evaluation before any training (step 0) does not count: a lucky initialisation can balance
-    CartPole deterministically (seen with seed 0), which says nothing about the algorithm.
+    The evaluation before any training (step 0) does not count: a lucky initialisation can balance CartPole
+    deterministically (seen with seed 0), which says nothing about the algorithm.
     """
-    if threshold is None:
-        return None
-    return next((p for p in points if p.status == "ok" and p.steps > 0 and p.eval_mean >= threshold), None)
+    evaluated = trained_points(run, step_budget)
+    for index, point in enumerate(evaluated):
+        following = evaluated[index + 1 : index + 1 + HOLDING_EVALUATIONS]
+        if point.eval_mean >= target and all(
+            later.eval_mean >= target - later.eval_std / math.sqrt(eval_episodes) for later in following
+        ):
+            return point
+    return None
 
 
 def spread(values: list[float | None], interval: bool = False) -> dict[str, Any]:
@@ -52,69 +71,110 @@ def spread(values: list[float | None], interval: bool = False) -> dict[str, Any]
     return stats
 
 
-def time_to_return(run: list[EvalPoint], target: float, step_budget: int | None = None) -> tuple[int, float, bool]:
+class TimeToReturn(NamedTuple):
+    """Steps and training seconds to a return; ``censored``: never held, counted at the run's last evaluation;
+    ``at_first_evaluation``: held from the first evaluation after step 0 (the grid's first point)."""
+
+    steps: int
+    wall_seconds: float
+    censored: bool
+    at_first_evaluation: bool
+
+
+def time_to_return(run: list[EvalPoint], target: float, eval_episodes: int, step_budget: int | None = None) -> TimeToReturn:
     """
-    Steps and training seconds of the first evaluation after training started (up to ``step_budget``) whose return
-    is >= ``target``, and False; a run that never gets there counts at its last evaluation (its budget), censored:
-    True.
+    Steps and training seconds of the run's held crossing of ``target`` (:func:`held_crossing`, up to
+    ``step_budget``); a run that never holds it counts at its last evaluation (its budget), censored.
     """
-    evaluated = [p for p in run if p.status == "ok" and p.steps > 0 and (step_budget is None or p.steps <= step_budget)]
-    hit = next((p for p in evaluated if p.eval_mean >= target), None)
+    evaluated = trained_points(run, step_budget)
+    hit = held_crossing(run, target, eval_episodes, step_budget)
     if hit is not None:
-        return hit.steps, hit.wall_seconds, False
+        return TimeToReturn(hit.steps, hit.wall_seconds, False, hit.steps == evaluated[0].steps)
     last = evaluated[-1] if evaluated else None
-    return (last.steps, last.wall_seconds, True) if last else (0, 0.0, True)
+    return TimeToReturn(last.steps, last.wall_seconds, True, False) if last else TimeToReturn(0, 0.0, True, False)
 
 
 def median_bounds(per_seed: list[dict[str, Any]], key: str) -> list[float | None] | None:
     """
     Where the median of the paired ratios ``key`` can lie when seeds are censored: a seed of ours that never got
     there has a ratio of at least its value, one whose baseline never got there a ratio of at most its value, and
-    one where neither did any ratio. The median lies between the median of the lowest ratios the seeds allow and
-    the median of the highest: ``[low, high]``, equal where the censored seeds cannot move it, ``high`` None where it
-    is unbounded. None without ratios.
+    one where neither did, or where both got there at the first evaluation (each time is then only known to be at
+    most the grid's first point), any ratio. The median lies between the median of the lowest ratios the seeds
+    allow and the median of the highest: ``[low, high]``, equal where the censored seeds cannot move it, ``high``
+    None where it is unbounded. None without ratios.
     """
     lows, highs = [], []
     for entry in per_seed:
         ratio = entry[key]
         if ratio is None:
             continue
-        lows.append(0.0 if entry["baseline_censored"] else ratio)
-        highs.append(math.inf if entry["censored"] else ratio)
+        both_first = entry["both_at_first_evaluation"]
+        lows.append(0.0 if entry["baseline_censored"] or both_first else ratio)
+        highs.append(math.inf if entry["censored"] or both_first else ratio)
     if not lows:
         return None
     high = float(np.median(highs))
     return [float(np.median(lows)), None if math.isinf(high) else high]
 
 
+def no_ratio_reason(target: float, baseline_runs: list[list[EvalPoint]], per_seed: list[dict[str, Any]]) -> str | None:
+    """
+    Why a ratio of times to ``target`` would mean nothing, in words, or None where it means something: on Atari,
+    random play already scores ``target`` (:func:`benchmarks.protocol.random_play_score`); elsewhere, the
+    baseline's untrained policy (its evaluation at step 0) already scores it in a seed; or both sides hold it from
+    the first evaluation after step 0 in every seed, where each time is only known to be at most the grid's first
+    point.
+    """
+    env_id = next((run[0].env for run in baseline_runs if run), "")
+    if is_atari(env_id):
+        random_score = random_play_score(env_id)
+        if target <= random_score:
+            return f"random play already scores it ({score(random_score)})"
+    else:
+        untrained = [run[0].eval_mean for run in baseline_runs if run[0].status == "ok" and run[0].steps == 0]
+        if untrained and target <= max(untrained):
+            return f"the baseline's untrained policy already scores it ({score(max(untrained))} at step 0)"
+    if per_seed and all(entry["both_at_first_evaluation"] for entry in per_seed):
+        return "both sides hold it from the first evaluation"
+    return None
+
+
 def paired_to_return(
-    by_run: dict[tuple[str, int, str], list[EvalPoint]], algo: str, baseline: str, target: float, step_budget: int | None
+    by_run: dict[tuple[str, int, str], list[EvalPoint]],
+    algo: str,
+    baseline: str,
+    target: float,
+    step_budget: int | None,
+    eval_episodes: int,
 ) -> dict[str, Any]:
     """
-    Steps and wall seconds of ``algo`` to ``target`` over the baseline's own steps and seconds to the same return,
-    seed by seed on the same machine. A run that never gets there counts at its budget and is marked censored (its
-    ratio is then a bound: at least, for ours; at most, for the baseline's).
+    Steps and wall seconds of ``algo`` to its held crossing of ``target`` (:func:`held_crossing`) over the
+    baseline's own steps and seconds to the same return, seed by seed on the same machine. A run that never holds it
+    counts at its budget and is marked censored (its ratio is then a bound: at least, for ours; at most, for the
+    baseline's). ``no_ratio`` says why the ratio would mean nothing (:func:`no_ratio_reason`), or is None.
     """
     per_seed = []
     for (name, seed, machine), run in sorted(by_run.items()):
         base_run = by_run.get((baseline, seed, machine))
         if name != algo or base_run is None or run[0].status == "failed" or base_run[0].status == "failed":
             continue
-        steps, wall, censored = time_to_return(run, target, step_budget)
-        base_steps, base_wall, base_censored = time_to_return(base_run, target, step_budget)
+        ours = time_to_return(run, target, eval_episodes, step_budget)
+        base = time_to_return(base_run, target, eval_episodes, step_budget)
         per_seed.append(
             {
                 "seed": seed,
-                "steps": steps,
-                "wall_seconds": round(wall, 2),
-                "censored": censored,
-                "baseline_steps": base_steps,
-                "baseline_wall_seconds": round(base_wall, 2),
-                "baseline_censored": base_censored,
-                "steps_ratio": steps / base_steps if base_steps else None,
-                "wall_ratio": wall / base_wall if base_wall else None,
+                "steps": ours.steps,
+                "wall_seconds": round(ours.wall_seconds, 2),
+                "censored": ours.censored,
+                "baseline_steps": base.steps,
+                "baseline_wall_seconds": round(base.wall_seconds, 2),
+                "baseline_censored": base.censored,
+                "both_at_first_evaluation": ours.at_first_evaluation and base.at_first_evaluation,
+                "steps_ratio": ours.steps / base.steps if base.steps else None,
+                "wall_ratio": ours.wall_seconds / base.wall_seconds if base.wall_seconds else None,
             }
         )
+    baseline_runs = [run for (name, _, _), run in sorted(by_run.items()) if name == baseline]
     return {
         "target": target,
         "per_seed": per_seed,
@@ -124,6 +184,8 @@ def paired_to_return(
         "wall_ratio_median_bounds": median_bounds(per_seed, "wall_ratio"),
         "censored": sum(entry["censored"] for entry in per_seed),
         "baseline_censored": sum(entry["baseline_censored"] for entry in per_seed),
+        "both_at_first_evaluation": sum(entry["both_at_first_evaluation"] for entry in per_seed),
+        "no_ratio": no_ratio_reason(target, baseline_runs, per_seed),
     }
 
 
@@ -146,9 +208,12 @@ def threshold_summary(
     wall_checkpoints: tuple[float, ...] = (),
     step_budget: int | None = None,
     published: float | None = None,
+    *,
+    eval_episodes: int,
 ) -> dict[str, Any]:
     """
-    Per algo: steps and wall seconds to ``threshold`` per seed, final and best returns, each with its median
+    Per algo: steps and wall seconds to the held crossing of ``threshold`` (:func:`held_crossing`, whose noise is
+    the standard error of a mean of ``eval_episodes`` episodes) per seed, final and best returns, each with its median
     and min/max over seeds; ratios against ``baseline`` paired by seed *and machine* (runs from different
     machines are never compared). Without a threshold only the returns and the final-return ratio are given.
     With ``step_budget``, also the return of the last evaluation at or before it (``budget_eval_mean``) and its
@@ -162,7 +227,9 @@ def threshold_summary(
     by_run: dict[tuple[str, int, str], list[EvalPoint]] = {}
     for point in points:
         by_run.setdefault((point.algo, point.seed, point.machine), []).append(point)
-    reached = {key: first_reaching(run, threshold) if threshold is not None else None for key, run in by_run.items()}
+    reached = {
+        key: held_crossing(run, threshold, eval_episodes) if threshold is not None else None for key, run in by_run.items()
+    }
     at_budget = {
         key: return_at([p for p in run if p.status == "ok" and p.steps > 0], "steps", step_budget, overshoot=1.0)
         for key, run in by_run.items()
@@ -225,7 +292,7 @@ def threshold_summary(
                 entry["budget_return_ratios"] = [list(pair) for pair in budget_ratios]
                 entry["budget_return_ratio_vs_baseline"] = spread([ratio for _, ratio in budget_ratios])
         summary["algos"][algo] = entry
-    compare_to_baseline(summary, by_run, step_budget, wall_checkpoints, published)
+    compare_to_baseline(summary, by_run, step_budget, wall_checkpoints, published, eval_episodes)
     return summary
 
 
@@ -242,6 +309,7 @@ def compare_to_baseline(
     step_budget: int | None,
     wall_checkpoints: tuple[float, ...],
     published: float | None,
+    eval_episodes: int,
 ) -> None:
     """Add the targets, each algo's paired steps and time to them, and its probability of improvement."""
     baseline = summary["baseline"]
@@ -259,7 +327,8 @@ def compare_to_baseline(
         if algo == baseline:
             continue
         entry["to_return"] = {
-            name: paired_to_return(by_run, algo, baseline, target, step_budget) for name, target in targets.items()
+            name: paired_to_return(by_run, algo, baseline, target, step_budget, eval_episodes)
+            for name, target in targets.items()
         }
         ours = [value for value in compared_returns(entry, step_budget, wall_checkpoints) if value is not None]
         entry["improvement_vs_baseline"] = probability_of_improvement(ours, base_returns) if ours and base_returns else None

@@ -17,13 +17,20 @@ have its record.
 Kinds:
 
 - ``comparison``: one environment, algorithms against a baseline at the same budget. Per algo: the return at the
-  budget (median [min, max]; IQM [95% CI]), the probability of improvement over the baseline, and the steps and
-  training time to the baseline's median return (and to the baseline's published figure, where there is one),
-  each over the baseline's own, paired by seed; a seed that never gets there counts at its budget, censored.
+  budget (median [min, max]; IQM [95% CI], named the mean under 4 seeds, where it cuts nothing), the probability of
+  improvement over the baseline, and the steps and training time to the baseline's median return (and to the
+  baseline's published figure, where there is one), each over the baseline's own, paired by seed. Both sides'
+  times are to their held crossing of the return (:func:`benchmarks.summary.held_crossing`); a seed that never
+  holds it counts at its budget, censored. Where the ratio would mean nothing (the target is a return the
+  baseline's untrained policy or random play already scores, or both sides hold it from the first evaluation:
+  :func:`benchmarks.summary.no_ratio_reason`) the cell says so in words.
 - ``atari``: several games, algorithms against a baseline: per game the return and the human-normalised score;
   across games, the IQM of human-normalised scores with its interval, the probability of improvement, and a
   performance profile (``profile.png`` in the data folder).
 - ``evaluations``: every run's evaluations, a row per algo and seed.
+
+The README's table gives, per row, the result, the baseline's, the probability of improvement (P(better)) and the
+paired ratio (or why there is none).
 
 The manifest's ``labels`` give an algo whose spec is long (its settings in brackets) a short name for the pages;
 each table says, below it, what its labels stand for.
@@ -62,7 +69,7 @@ from benchmarks.protocol import (
     read_run_records,
 )
 from benchmarks.report import score
-from benchmarks.statistics import iqm_with_interval, plot_performance_profiles, probability_of_improvement
+from benchmarks.statistics import central_name, iqm_with_interval, plot_performance_profiles, probability_of_improvement
 from benchmarks.summary import threshold_summary
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -153,7 +160,14 @@ class Table:
         base_algo = re.sub(r"\[.*$", "", self.baseline)
         published = self.entry.get("published", PUBLISHED_RETURNS.get((base_algo, env)))
         step_budget = None if record.get("max_seconds") else record.get("steps")
-        return threshold_summary(self.points[env], None, self.baseline, step_budget=step_budget, published=published)
+        return threshold_summary(
+            self.points[env],
+            None,
+            self.baseline,
+            step_budget=step_budget,
+            published=published,
+            eval_episodes=record["eval_episodes"],
+        )
 
     def atari_matrices(self) -> dict[str, np.ndarray]:
         """Per algo, the ``(runs, games)`` human-normalised scores of the games where every algo has 3 seeds or more."""
@@ -224,11 +238,13 @@ def median_cell(median: float, bounds: list[float | None] | None) -> str:
     """
     The median ratio, or the bound the censored seeds leave of it (``bounds``: ``[low, high]``, high None: none). A
     lower bound under 1 says nothing about who is faster: ours stopped at a budget that came before the baseline's
-    time, so the cell says first that the return was not reached.
+    time, so the cell says first that the return was not reached. Bounds are compared as printed (two decimals).
     """
-    if not bounds or bounds[0] == bounds[1]:
+    if not bounds:
         return f"{median:.2f}"
-    low, high = bounds
+    low, high = (None if bound is None else round(bound, 2) for bound in bounds)
+    if low == high:
+        return f"{median:.2f}"
     if high is None:
         if low <= 0:
             return "undetermined"
@@ -241,9 +257,12 @@ def ratio_cell(paired: dict[str, Any], key: str) -> str:
     ``median [min, max]`` of the paired ratios, with the seeds that never got there (censored) counted. Where the
     censored seeds leave the median undetermined (:func:`benchmarks.summary.median_bounds`) the median is given as
     the bound it is: ``>= 1.61`` (ours never got there in most seeds; under 1: ``not reached in the budget, >= 0.09``),
-    ``<= 0.40`` (the baseline did not), ``0.09 to 0.40``, or ``undetermined`` (neither did, in most seeds).
+    ``<= 0.40`` (the baseline did not), ``0.09 to 0.40``, or ``undetermined`` (neither did, in most seeds). Where a
+    ratio would mean nothing (:func:`benchmarks.summary.no_ratio_reason`) the cell says why: ``no ratio: ...``.
     """
     stats = paired[key]
+    if paired.get("no_ratio"):
+        return f"no ratio: {paired['no_ratio']}"
     if stats["n"] == 0:
         return "-"
     bounds = paired.get(f"{key}_median_bounds")
@@ -255,6 +274,8 @@ def ratio_cell(paired: dict[str, Any], key: str) -> str:
         notes.append(f"ours censored in {paired['censored']}")
     if paired["baseline_censored"]:
         notes.append(f"baseline censored in {paired['baseline_censored']}")
+    if paired["both_at_first_evaluation"]:
+        notes.append(f"both at the first evaluation in {paired['both_at_first_evaluation']}")
     return text + (f" ({'; '.join(notes)})" if notes else "")
 
 
@@ -292,7 +313,8 @@ def comparison_table(table: Table) -> str:
         targets = summary.get("targets", {})
         speeds = table.steps_per_second(env) if table.records[env][0].get("max_seconds") else None
         baseline = table.label(table.baseline)
-        header = ["algo", "seeds", "return at the budget", "IQM [95% CI]", f"P(better than {baseline}) [95% CI]"]
+        central = central_name([compared(entry)["n"] for entry in summary["algos"].values()])
+        header = ["algo", "seeds", "return at the budget", f"{central} [95% CI]", f"P(better than {baseline}) [95% CI]"]
         measures = ["steps", "wall"] if table.alone else ["steps"]
         for name, target in targets.items():
             label = f"{baseline}'s median {score(target)}" if name == "baseline_median" else f"published {score(target)}"
@@ -320,8 +342,8 @@ def comparison_table(table: Table) -> str:
 def per_seed_lines(
     summary: dict[str, Any], baseline: str, with_seconds: bool = True, label: Callable[[str], str] = str
 ) -> str:
-    """Each seed's return at the budget and its steps (and ``with_seconds``, seconds) to the baseline's median
-    (c: censored); ``label`` names an algo."""
+    """Each seed's return at the budget and its steps (and ``with_seconds``, seconds) to its held crossing of the
+    baseline's median (c: censored); ``label`` names an algo."""
     cells = []
     for algo, entry in sorted(summary["algos"].items(), key=lambda item: (item[0] != baseline, item[0])):
         values = entry.get("budget_eval_mean", entry["final_eval_mean"])
@@ -336,8 +358,8 @@ def per_seed_lines(
                 for item in paired["per_seed"]
             )
             cells.append(
-                f"`{label(algo)}` to the baseline's median, ours / baseline's (c: never got there, counted at the "
-                f"budget): {steps}"
+                f"`{label(algo)}` to its held crossing of the baseline's median, ours / baseline's (c: never held, "
+                f"counted at the budget): {steps}"
             )
     return "Per seed: " + "; ".join(cells) + "."
 
@@ -383,10 +405,10 @@ def atari_table(table: Table, write_files: bool) -> str:
     if complete:
         matrices = {algo: normalised_matrix(scores, complete, algo) for algo in algos}
         aggregate = [f"`{table.label(algo)}` {iqm_text(iqm_with_interval(matrix))}" for algo, matrix in matrices.items()]
+        central = central_name([matrix.size for matrix in matrices.values()])
         lines.append(
-            f"IQM of human-normalised scores over the games with 3 seeds or more ({', '.join(map(atari_game, complete))}): "
-            + "; ".join(aggregate)
-            + "."
+            f"{central} of human-normalised scores over the games with 3 seeds or more "
+            f"({', '.join(map(atari_game, complete))}): " + "; ".join(aggregate) + "."
         )
         for algo in algos:
             if algo != table.baseline:
@@ -434,6 +456,7 @@ def readme_table(manifest: dict[str, Any], tables: dict[str, "Table"]) -> str:
         "budget",
         "result",
         "against",
+        "P(better) [95% CI]",
         "paired ratio (median [min, max] over seeds)",
         "seeds",
     ]
@@ -446,20 +469,23 @@ def readme_table(manifest: dict[str, Any], tables: dict[str, "Table"]) -> str:
         elif table is not None and row["env"] in table.points:
             cells += comparison_row(table, row)
         else:
-            cells += [NOT_YET, row["against"], "-", "-"]
+            cells += [NOT_YET, row["against"], "-", "-", "-"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def comparison_row(table: "Table", row: dict[str, Any]) -> list[str]:
-    """Result, baseline, paired ratio to the baseline's median return and seeds of one README row."""
+    """
+    Result, baseline, probability of improvement, paired ratio to the baseline's median return (or why there is
+    none) and seeds of one README row.
+    """
     summary = table.summary(row["env"])
     entry, base = summary["algos"].get(row["algo"]), summary["algos"].get(table.baseline)
     if entry is None or base is None:
-        return [NOT_YET, row["against"], "-", "-"]
+        return [NOT_YET, row["against"], "-", "-", "-"]
     seeds = min(len(entry["seeds"]), len(base["seeds"]))
     if seeds < MIN_README_SEEDS:  # a headline needs the protocol's seeds on both sides; the results page shows the rest
-        return [f"{NOT_YET}: {seeds} of {MIN_README_SEEDS} seeds so far", row["against"], "-", str(seeds)]
+        return [f"{NOT_YET}: {seeds} of {MIN_README_SEEDS} seeds so far", row["against"], "-", "-", str(seeds)]
     target_name = row.get("target", "baseline_median")
     paired = entry.get("to_return", {}).get(target_name)
     measure = row.get("measure", "steps")
@@ -468,30 +494,36 @@ def comparison_row(table: "Table", row: dict[str, Any]) -> list[str]:
             f"README row {row['algorithm']} {row['env']}: a time ratio from table {table.name}, whose "
             "runs shared the machine (step-based); measure its steps, or run it alone (alone: true)"
         )
-    ratio = ratio_cell(paired, f"{measure}_ratio") if paired else "-"
-    target = summary["targets"].get(target_name)
+    target = score(summary["targets"].get(target_name))
+    if paired and paired["no_ratio"]:
+        ratio = f"no ratio to {target}: {paired['no_ratio']}"
+    else:
+        measured = "steps" if measure == "steps" else "time"
+        ratio = f"{ratio_cell(paired, f'{measure}_ratio') if paired else '-'} the {measured} to {target}"
     return [
         return_cell(compared(entry)),
         f"{row['against']} {return_cell(compared(base))}",
-        f"{ratio} the {'steps' if measure == 'steps' else 'time'} to {score(target)}",
+        probability_cell(entry.get("improvement_vs_baseline")),
+        ratio,
         str(len(entry["seeds"])),
     ]
 
 
 def atari_row(table: "Table", row: dict[str, Any]) -> list[str]:
-    """IQM of human-normalised scores of ours and of the baseline, and the probability of improvement."""
+    """IQM of human-normalised scores of ours and of the baseline (the mean under 4 scores), and the probability of
+    improvement; no time ratio across games."""
     matrices = table.atari_matrices()
     if not matrices or row["algo"] not in matrices:
-        return [NOT_YET, row["against"], "-", "-"]
+        return [NOT_YET, row["against"], "-", "-", "-"]
     games = next(iter(matrices.values())).shape[1]
     if games < len(table.envs):  # the row names every game: its IQM waits for all of them (the page shows the rest)
-        return [f"{NOT_YET}: {games} of {len(table.envs)} games so far", row["against"], "-", "-"]
+        return [f"{NOT_YET}: {games} of {len(table.envs)} games so far", row["against"], "-", "-", "-"]
     ours, base = matrices[row["algo"]], matrices[table.baseline]
-    improvement = probability_cell(probability_of_improvement(ours, base))
     return [
-        f"IQM human-normalised {iqm_text(iqm_with_interval(ours))}",
+        f"{central_name([ours.size, base.size])} human-normalised {iqm_text(iqm_with_interval(ours))}",
         f"{row['against']} {iqm_text(iqm_with_interval(base))}",
-        f"P(better) {improvement}",
+        probability_cell(probability_of_improvement(ours, base)),
+        "-",
         str(ours.shape[0]),
     ]
 

@@ -22,7 +22,7 @@ from stable_baselines3.common.vec_env import SubprocVecEnv
 from benchmarks import run as run_module
 from benchmarks.config import load_zoo_hyperparams, make_training_env, validate_names, zoo_yml_path
 from benchmarks.output import EvalPoint, read_csv, write_csv, write_json
-from benchmarks.summary import first_reaching, threshold_summary
+from benchmarks.summary import held_crossing, threshold_summary
 from tests.commands import run_command
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -35,12 +35,12 @@ def curve(algo, seed, steps_and_returns, seconds_per_step, machine="m1"):
 def test_threshold_and_paired_ratios_on_synthetic_curves():
     points = []
     # Baseline reaches 100 at 2000 steps (seed 0) and 4000 steps (seed 1), at 1 ms per step.
-    points += curve("ppo", 0, [(0, 0), (1000, 50), (2000, 100), (3000, 90)], 1e-3)
+    points += curve("ppo", 0, [(0, 0), (1000, 50), (2000, 100), (3000, 100)], 1e-3)
     points += curve("ppo", 1, [(0, 0), (2000, 50), (4000, 120)], 1e-3)
     # Candidate: 3000 steps (seed 0) at 0.5 ms per step, never (seed 1).
     points += curve("impact", 0, [(0, 0), (3000, 100)], 5e-4)
     points += curve("impact", 1, [(0, 0), (3000, 99)], 5e-4)
-    summary = threshold_summary(points, threshold=100, baseline="ppo")
+    summary = threshold_summary(points, threshold=100, baseline="ppo", eval_episodes=10)
     ppo, impact = summary["algos"]["ppo"], summary["algos"]["impact"]
     assert ppo["steps_to_threshold"] == [2000, 4000] and ppo["median_steps"] == 3000
     assert impact["steps_to_threshold"] == [3000, None]
@@ -48,40 +48,40 @@ def test_threshold_and_paired_ratios_on_synthetic_curves():
     assert impact["wall_ratio_vs_baseline"]["median"] == pytest.approx(1.5 / 2.0 * 1.0)
     assert impact["reached"] == "1/2" and ppo["reached"] == "2/2"
     assert ppo["steps"].items() >= {"median": 3000.0, "min": 2000.0, "max": 4000.0, "n": 2, "iqm": 3000.0}.items()
-    assert ppo["final_eval"].items() >= {"median": 105.0, "min": 90.0, "max": 120.0, "n": 2, "iqm": 105.0}.items()
-    assert impact["final_return_ratio_vs_baseline"]["median"] == pytest.approx((100 / 90 + 99 / 120) / 2)
+    assert ppo["final_eval"].items() >= {"median": 110.0, "min": 100.0, "max": 120.0, "n": 2, "iqm": 110.0}.items()
+    assert impact["final_return_ratio_vs_baseline"]["median"] == pytest.approx((100 / 100 + 99 / 120) / 2)
     assert "steps_ratio_vs_baseline" not in ppo
 
 
 def test_runs_from_different_machines_are_never_paired():
     points = curve("ppo", 0, [(0, 0), (1000, 100)], 1e-3, machine="laptop")
     points += curve("impact", 0, [(0, 0), (500, 100)], 1e-3, machine="gpu-box")
-    summary = threshold_summary(points, threshold=100, baseline="ppo")
+    summary = threshold_summary(points, threshold=100, baseline="ppo", eval_episodes=10)
     assert summary["machines"] == ["gpu-box", "laptop"]
     assert summary["algos"]["impact"]["steps_ratio_vs_baseline"]["n"] == 0
     assert summary["algos"]["impact"]["final_return_ratio_vs_baseline"]["n"] == 0
     points += curve("ppo", 0, [(0, 0), (2000, 100)], 1e-3, machine="gpu-box")
-    summary = threshold_summary(points, threshold=100, baseline="ppo")
+    summary = threshold_summary(points, threshold=100, baseline="ppo", eval_episodes=10)
     ratio = summary["algos"]["impact"]["steps_ratio_vs_baseline"]
     assert ratio.items() >= {"median": 0.25, "min": 0.25, "max": 0.25, "n": 1, "iqm": 0.25}.items()
 
 
 def test_without_a_threshold_only_returns_are_summarized():
     points = curve("ppo", 0, [(0, 0), (1000, 10)], 1e-3) + curve("impact", 0, [(0, 0), (1000, 20)], 1e-3)
-    summary = threshold_summary(points, threshold=None, baseline="ppo")
+    summary = threshold_summary(points, threshold=None, baseline="ppo", eval_episodes=10)
     assert "steps_to_threshold" not in summary["algos"]["ppo"]
     assert summary["algos"]["impact"]["final_return_ratio_vs_baseline"]["median"] == 2.0
 
 
 def test_json_writer_round_trips(tmp_path):
-    summary = threshold_summary(curve("ppo", 3, [(0, 0), (10, 5)], 0.1), threshold=5, baseline="ppo")
+    summary = threshold_summary(curve("ppo", 3, [(0, 0), (10, 5)], 0.1), threshold=5, baseline="ppo", eval_episodes=10)
     write_json(summary, tmp_path / "deep" / "s.json")
     assert json.loads((tmp_path / "deep" / "s.json").read_text()) == json.loads(json.dumps(summary))
 
 
 def test_failed_runs_never_reach_and_csv_round_trips(tmp_path):
     failed = EvalPoint("impact", "Env-v0", 0, 0, 0.0, math.nan, math.nan, status="failed", error="boom")
-    assert first_reaching([failed], threshold=-1e9) is None
+    assert held_crossing([failed], -1e9, eval_episodes=10) is None
     points = [*curve("ppo", 0, [(0, 1.0), (10, 2.5)], 0.1), failed]
     write_csv(points, tmp_path / "x.csv")
     back = read_csv(tmp_path / "x.csv")
@@ -158,7 +158,7 @@ def test_report_renders_learning_and_throughput_tables(tmp_path):
 
     points = curve("ppo", 0, [(0, 0), (2000, 100)], 1e-3) + curve("ppo", 1, [(0, 0), (4000, 100)], 1e-3)
     points += curve("impact", 0, [(0, 0), (1000, 100)], 1e-3) + curve("impact", 1, [(0, 0), (1000, 50)], 1e-3)
-    summary = threshold_summary(points, threshold=100, baseline="ppo")
+    summary = threshold_summary(points, threshold=100, baseline="ppo", eval_episodes=10)
     summary.update(env="Env-v0", command="python -m benchmarks.run ...", machine={"name": "box", "date": "2026-11-22"})
     write_json(summary, tmp_path / "Env-v0.json")
     throughput = {"algo": "impact", "env": "Env-v0", "vec_env": "dummy", "collector": "thread", "batch_env_steps": 256}
@@ -180,14 +180,19 @@ def test_a_step_budget_compares_at_the_budget_and_the_report_gives_a_row_per_env
     points += curve("ppo", 1, [(0, 0), (2000, 50), (2048, 5)], 1e-3)
     points += curve("ptr_ppo", 0, [(0, 0), (1000, 30), (2000, 60)], 1e-3)
     points += curve("ptr_ppo", 1, [(0, 0), (1000, 70)], 1e-3)
-    summary = threshold_summary(points, threshold=None, baseline="ppo", step_budget=2000)
+    summary = threshold_summary(points, threshold=None, baseline="ppo", step_budget=2000, eval_episodes=10)
     ppo, ptr = summary["algos"]["ppo"], summary["algos"]["ptr_ppo"]
     assert ppo["budget_eval_mean"] == [20, 50] and ppo["final_eval_mean"] == [40, 5]
     assert ptr["budget_eval_mean"] == [60, None] and ptr["budget_eval"]["n"] == 1
     assert ptr["budget_return_ratios"] == [[0, 3.0]] and ptr["budget_return_ratio_vs_baseline"]["median"] == 3.0
     assert ptr["final_return_ratios"] == [[0, 1.5], [1, 14.0]]
-    assert "budget_eval_mean" not in threshold_summary(points, threshold=None, baseline="ppo")["algos"]["ppo"]
-    for env, found in (("Game-v0", summary), ("Other-v0", threshold_summary(points[:7], None, "ppo", step_budget=2000))):
+    assert (
+        "budget_eval_mean" not in threshold_summary(points, threshold=None, baseline="ppo", eval_episodes=10)["algos"]["ppo"]
+    )
+    for env, found in (
+        ("Game-v0", summary),
+        ("Other-v0", threshold_summary(points[:7], None, "ppo", step_budget=2000, eval_episodes=10)),
+    ):
         found.update(env=env, steps=2000, command=f"python -m benchmarks run --env {env}")
         found.update(machine={"name": "box", "date": "2026-11-25"})
         write_json(found, tmp_path / f"{env}.json")
@@ -214,7 +219,7 @@ def test_the_report_lists_every_evaluation_of_every_run_up_to_the_budget(tmp_pat
     points += curve("ptr_ppo", 0, [(0, 0), (1000, 30.5), (2000, 600)], 0.03)
     points += curve("ptr_ppo", 1, [(0, 0), (1000, 70)], 0.03)
     points.append(EvalPoint("ptr_ppo", "Env-v0", 2, 0, 0.0, float("nan"), float("nan"), status="failed", error="x"))
-    summary = threshold_summary(points, threshold=None, baseline="ppo", step_budget=2000)
+    summary = threshold_summary(points, threshold=None, baseline="ppo", step_budget=2000, eval_episodes=10)
     summary.update(env="Env-v0", steps=2000, eval_episodes=5, command="python -m benchmarks run", machine={"date": "d"})
     write_json(summary, tmp_path / "Env-v0.json")
     write_csv(points, tmp_path / "Env-v0.csv")
@@ -293,7 +298,7 @@ def test_pooled_iqm_is_rliables_with_its_interval(monkeypatch):
 
 def test_return_at_wall_checkpoints():
     points = curve("ppo", 0, [(0, 0), (1000, 10), (2000, 20), (3000, 30)], 0.1)  # 100 s per 1000 steps
-    summary = threshold_summary(points, None, "ppo", wall_checkpoints=(150.0, 300.0, 400.0))
+    summary = threshold_summary(points, None, "ppo", wall_checkpoints=(150.0, 300.0, 400.0), eval_episodes=10)
     at = summary["algos"]["ppo"]["return_at_seconds"]
     assert at["150"]["median"] == 10 and at["300"]["median"] == 30 and at["400"]["n"] == 0  # stopped before 400 s
     assert summary["algos"]["ppo"]["steps_done"]["median"] == 3000

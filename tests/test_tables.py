@@ -106,7 +106,7 @@ def test_a_hand_edited_block_fails_the_check_and_the_command_restores_it(tmp_pat
     tables_main(root)
     # One seed of the protocol's three: the README row waits, the results page shows the seed.
     assert (
-        "| X | Env-v0 | 4k steps | not yet re-measured under the protocol: 1 of 3 seeds so far | PPO | - | 1 |"
+        "| X | Env-v0 | 4k steps | not yet re-measured under the protocol: 1 of 3 seeds so far | PPO | - | - | 1 |"
         in (root / "README.md").read_text()
     )
     curves = {(algo, seed): values for (algo, _), values in curves.items() for seed in (100, 101, 102)}
@@ -215,7 +215,10 @@ def test_a_median_the_censored_seeds_leave_undetermined_is_given_as_the_bound_it
     from benchmarks.tables import median_cell, ratio_cell
 
     def seeds(*entries):
-        return [{"r": ratio, "censored": ours, "baseline_censored": base} for ratio, ours, base in entries]
+        return [
+            {"r": ratio, "censored": ours, "baseline_censored": base, "both_at_first_evaluation": False}
+            for ratio, ours, base in entries
+        ]
 
     exact = seeds((0.3, False, False), (0.5, False, False), (0.4, False, False))
     assert median_bounds(exact, "r") == [0.4, 0.4] and median_cell(0.4, [0.4, 0.4]) == "0.40"
@@ -234,7 +237,7 @@ def test_a_median_the_censored_seeds_leave_undetermined_is_given_as_the_bound_it
     neither = seeds((2.9, True, True), (3.2, True, True), (3.0, True, True))  # e.g. a published figure no run reached
     assert median_bounds(neither, "r") == [0.0, None] and median_cell(3.0, [0.0, None]) == "undetermined"
     paired = {"r": {"n": 3, "median": 3.0, "min": 2.9, "max": 3.2}, "r_median_bounds": [0.0, None], "censored": 3,
-              "baseline_censored": 3}  # fmt: skip
+              "baseline_censored": 3, "both_at_first_evaluation": 0}  # fmt: skip
     assert ratio_cell(paired, "r") == "undetermined (ours censored in 3; baseline censored in 3)"
 
 
@@ -243,12 +246,12 @@ def test_paired_ratios_are_against_the_baselines_own_steps_to_the_same_return():
         ("ppo", 100, "m"): [EvalPoint("ppo", "E", 100, s, s / 1000, r, 0) for s, r in [(0, 0), (1000, 5), (2000, 10)]],
         ("x", 100, "m"): [EvalPoint("x", "E", 100, s, s / 500, r, 0) for s, r in [(0, 0), (1000, 10), (2000, 12)]],
     }
-    paired = paired_to_return(by_run, "x", "ppo", 10.0, step_budget=2000)
+    paired = paired_to_return(by_run, "x", "ppo", 10.0, step_budget=2000, eval_episodes=10)
     assert paired["per_seed"][0]["steps_ratio"] == 0.5 and paired["per_seed"][0]["wall_ratio"] == 1.0
     assert paired["censored"] == 0 and paired["baseline_censored"] == 0
     # Not the ratio to the baseline's budget: the summary reports no such figure.
     points = [point for run in by_run.values() for point in run]
-    summary = threshold_summary(points, None, "ppo", step_budget=2000, published=11.0)
+    summary = threshold_summary(points, None, "ppo", step_budget=2000, published=11.0, eval_episodes=10)
     assert summary["targets"] == {"baseline_median": 10.0, "published": 11.0}
     published = summary["algos"]["x"]["to_return"]["published"]["per_seed"][0]
     assert published["steps"] == 2000 and not published["censored"] and published["baseline_censored"]
@@ -346,7 +349,11 @@ def test_the_readme_atari_row_waits_for_every_game(tmp_path, monkeypatch):
     curves = {(algo, seed): [0, 1, 2, 3, 4] for algo in ("ppo", "ptr_ppo") for seed in (100, 101, 102)}
     write_table(root / "data" / "atari", "BreakoutNoFrameskip-v4", curves)  # Qbert has not run yet
     tables_main(root)
-    assert "IQM of human-normalised scores" in (root / "docs" / "results.md").read_text()  # over Breakout, named
+    # Over Breakout, named; 3 runs of 1 game: the quarter cut off each end is no run, so the "IQM" is the mean.
+    assert (
+        "mean of human-normalised scores over the games with 3 seeds or more (Breakout)"
+        in (root / "docs" / "results.md").read_text()
+    )
     readme = (root / "README.md").read_text()
     assert "not yet re-measured under the protocol: 1 of 2 games so far" in readme and "IQM human-normalised" not in readme
 
@@ -359,7 +366,7 @@ def test_an_atari_game_still_filling_says_which_algo_has_which_seeds_and_is_not_
     tables_main(root)
     page = (root / "docs" / "results.md").read_text()
     assert "`ppo` 100, 101, 102; `ptr_ppo` 100 |" in page
-    assert "No game has 3 seeds of every algorithm yet" in page and "IQM of human-normalised scores" not in page
+    assert "No game has 3 seeds of every algorithm yet" in page and "of human-normalised scores" not in page
 
 
 def test_a_manifest_table_without_its_block_is_refused(tmp_path):
@@ -369,3 +376,107 @@ def test_a_manifest_table_without_its_block_is_refused(tmp_path):
     with pytest.raises(SystemExit, match=r"has no block for \['x'\]"):
         tables_main(root)
     shutil.rmtree(root / "docs")
+
+
+def evaluations(returns: list[float], stds: list[float] | None = None) -> list[EvalPoint]:
+    """One run evaluated at 0, 1000, ... steps (1 s of training per 1000 steps)."""
+    stds = stds or [0.0] * len(returns)
+    return [
+        EvalPoint("a", "Env-v0", 100, 1000 * i, float(i), value, std)
+        for i, (value, std) in enumerate(zip(returns, stds, strict=True))
+    ]
+
+
+def test_a_crossing_counts_only_where_the_next_two_evaluations_hold_it_within_their_noise():
+    """The rule: at or above the target, and each of the next two evaluations at or above the target less its standard
+    error (eval_std / sqrt(episodes)); near the end every evaluation left must hold, and the last counts as it is."""
+    from benchmarks.summary import held_crossing, time_to_return
+
+    def crossing(returns, stds=None, step_budget=None):
+        hit = held_crossing(evaluations(returns, stds), 10.0, eval_episodes=4, step_budget=step_budget)
+        return hit and hit.steps
+
+    assert crossing([0, 10, 3, 10, 10, 10]) == 3000  # a spike: the evaluation after it falls back
+    assert crossing([0, 10, 10, 3, 10, 10]) == 4000  # held for one evaluation only: not held
+    assert crossing([0, 10, 9, 9, 0, 0], [0, 0, 2, 2, 0, 0]) == 1000  # 9 >= 10 - 2 / sqrt(4): within the noise
+    assert crossing([0, 10, 9, 9, 0, 0], [0, 0, 1.9, 2, 0, 0]) is None  # 9 < 10 - 0.95: beyond it
+    assert crossing([12, 5, 5, 5, 5]) is None  # the untrained policy's evaluation (step 0) never counts
+    # The end of the run: the evaluations left must hold; the last one, with none after it, counts as it is.
+    assert crossing([0, 5, 5, 10, 10]) == 3000 and crossing([0, 5, 5, 10, 9]) is None
+    assert crossing([0, 5, 5, 5, 10]) == 4000
+    assert crossing([0, 5, 10, 10, 3, 12], step_budget=4000) is None  # evaluations past the step budget are not seen
+    assert time_to_return(evaluations([0, 10, 3, 5, 4]), 10.0, eval_episodes=4) == (4000, 4.0, True, False)  # censored
+    assert time_to_return(evaluations([0, 10, 10, 10]), 10.0, eval_episodes=4) == (1000, 1.0, False, True)
+
+
+def test_a_table_pairs_held_crossings_on_both_sides(tmp_path):
+    """Ours spikes to the baseline's median once and falls back: censored (a bound), not a ratio of 0.25. The
+    baseline's own time to its median return is its held crossing too."""
+    root = repository(tmp_path, [entry("x", ["Env-v0"])], [])
+    curves = {}
+    for seed in (100, 101, 102):
+        curves[("ppo", seed)] = [0, 30, 5, 10, 20, 30]  # a spike at 1000 steps; held at the budget, 5000
+        curves[("impact", seed)] = [0, 30, 10, 10, 30, 30] if seed == 100 else [0, 5, 30, 10, 10, 20]
+    write_table(root / "data" / "x", "Env-v0", curves, {key: {"steps": 5000} for key in curves})
+    tables_main(root)
+    page = (root / "docs" / "results.md").read_text()
+    impact = "| `impact` | 3 | 20.0 [20.0, 30.0] | 23.3 [20.0, 30.0] | 0.17 [0.00, 0.50] |"
+    assert impact + " >= 1.00 [0.80, 1.00] (ours censored in 2) |" in page  # first crossings: 2.00 [1.00, 2.00]
+    assert "100: 4000 / 5000 steps, 101: 5000c / 5000 steps, 102: 5000c / 5000 steps" in page
+
+
+def test_no_ratio_where_the_baseline_ends_at_an_untrained_or_random_return_or_both_hold_it_from_the_start(tmp_path):
+    row = {"algorithm": "X", "env": "Env-v0", "budget": "4k steps", "table": "x", "algo": "impact", "against": "PPO",
+           "measure": "steps"}  # fmt: skip
+    untrained = {(algo, seed): [50, 10, 20, 30, 40] if algo == "ppo" else [0, 60, 70, 80, 90]
+                 for algo in ("ppo", "impact") for seed in (100, 101, 102)}  # fmt: skip
+    from_the_start = {(algo, seed): [0, 10, 10, 10, 10] if algo == "ppo" else [0, 20, 20, 20, 20]
+                      for algo in ("ppo", "impact") for seed in (100, 101, 102)}  # fmt: skip
+    for name, env, curves, reason in [
+        ("untrained", "Env-v0", untrained, "the baseline's untrained policy already scores it (50.0 at step 0)"),
+        ("random", "BreakoutNoFrameskip-v4", {key: [value / 40 for value in values] for key, values in untrained.items()},
+         "random play already scores it (1.7)"),  # the baseline ends at 1.0, random play scores 1.7 (Mnih et al.)
+        ("first", "Env-v0", from_the_start, "both sides hold it from the first evaluation"),
+    ]:  # fmt: skip
+        root = repository(tmp_path / name, [entry("x", [env])], [{**row, "env": env}])
+        write_table(root / "data" / "x", env, curves)
+        tables_main(root)
+        assert f"| no ratio: {reason} |" in (root / "docs" / "results.md").read_text()
+        target = {"untrained": "40.0", "random": "1.0", "first": "10.0"}[name]
+        assert f"| no ratio to {target}: {reason} | 3 |" in (root / "README.md").read_text()
+
+
+def test_a_seed_where_both_hold_the_return_from_the_first_evaluation_bounds_nothing():
+    """Both times are only known to be at most the grid's first point: that seed's ratio may be anything."""
+    from benchmarks.summary import median_bounds
+    from benchmarks.tables import ratio_cell
+
+    def seed(ratio, both_first):
+        return {"r": ratio, "censored": False, "baseline_censored": False, "both_at_first_evaluation": both_first}
+
+    per_seed = [seed(1.0, True), seed(0.5, False), seed(0.6, False)]
+    assert median_bounds(per_seed, "r") == [0.5, 0.6]
+    paired = {"r": {"n": 3, "median": 0.6, "min": 0.5, "max": 1.0}, "r_median_bounds": [0.5, 0.6], "censored": 0,
+              "baseline_censored": 0, "both_at_first_evaluation": 1, "no_ratio": None}  # fmt: skip
+    assert ratio_cell(paired, "r") == "0.50 to 0.60 [0.50, 1.00] (both at the first evaluation in 1)"
+
+
+def test_an_iqm_over_fewer_than_4_runs_is_named_the_mean_and_the_readme_gives_p_better(tmp_path):
+    from benchmarks.statistics import central_name
+
+    assert central_name([3, 3]) == "mean" and central_name([4, 12]) == "IQM"
+    assert central_name([3, 5]) == "IQM (mean under 4 runs)"
+    row = {"algorithm": "X", "env": "Env-v0", "budget": "4k steps", "table": "x", "algo": "impact", "against": "PPO",
+           "measure": "steps"}  # fmt: skip
+    for seeds, name in [((100, 101, 102), "mean"), ((100, 101, 102, 103), "IQM")]:
+        root = repository(tmp_path / name, [entry("x", ["Env-v0"])], [row])
+        curves = {("ppo", seed): [0, 5, 10, 20, 30] for seed in seeds}
+        curves.update({("impact", seed): [0, 20, 30, 40, 50 + seed - 100] for seed in seeds})
+        write_table(root / "data" / "x", "Env-v0", curves)
+        tables_main(root)
+        header = f"| algo | seeds | return at the budget | {name} [95% CI] | P(better than ppo) [95% CI] |"
+        assert header in (root / "docs" / "results.md").read_text()
+    readme = (root / "README.md").read_text()
+    assert "| result | against | P(better) [95% CI] | paired ratio (median [min, max] over seeds) | seeds |" in readme
+    row = "| X | Env-v0 | 4k steps | 51.5 [50.0, 53.0] | PPO 30.0 [30.0, 30.0] | 1.00 [1.00, 1.00] |"
+    assert row + " 0.50 [0.50, 0.50] the steps to 30.0 | 4 |" in readme
