@@ -46,3 +46,31 @@ python -m benchmarks run --algos "impala[gamma=0.98,gae_lambda=0.92,n_value_epoc
 python -m benchmarks run --algos "impala[gamma=0.999,gae_lambda=0.99,n_value_epochs=4]" --env Hopper-v5 $MUJOCO_1M \
     --append --out "$OUT/impala_1m"
 python -m benchmarks run --algos "impala[learning_rate=5e-5]" --env Walker2d-v5 $MUJOCO_1M --append --out "$OUT/impala_1m"
+
+# Issue 64's steps-per-second question: CPU milliseconds per env step of learn() with the HalfCheetah-v5 entry (sync
+# collector, one torch thread, 30k steps after a 2k-step warm-up) at the commit of the runs before the protocol
+# (e4e9e5a) and at d807ac2, five interleaved pairs. CPU time, so a busy machine blurs it less
+# than wall time. Each commit is a git worktree; the files in docs/benchmarks/tuning/impala_halfcheetah_drift/ are
+# this loop's output (2026-11-28, the 2-core machine, beside step-based runs).
+learn_cost() {
+    (cd "$1" && PYTHONPATH=. python - 30000 2>/dev/null <<'PY'
+import sys, time
+import torch as th
+import sb3_impact
+from benchmarks.config import algo_class, load_zoo_hyperparams, make_training_env, split_env_params
+th.set_num_threads(1)
+env_params, params = split_env_params(load_zoo_hyperparams("impala", "HalfCheetah-v5"))
+env = make_training_env("HalfCheetah-v5", env_params.get("n_envs", 1), 0, env_params.get("normalize", False), False)
+model = algo_class("impala")(env_params["policy"], env, seed=0, **params)
+model.learn(2048)
+cpu, wall, start = time.process_time(), time.perf_counter(), model.num_timesteps
+model.learn(int(sys.argv[1]), reset_num_timesteps=False)
+done = model.num_timesteps - start
+cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+print(f"{sb3_impact.__file__} steps {done} cpu_ms_per_step {1000 * cpu / done:.4f} wall_ms_per_step {1000 * wall / done:.4f}")
+PY
+    )
+}
+if [[ -n "${IMPALA_COST_TREES:-}" ]]; then  # e.g. IMPALA_COST_TREES="/tmp/at_e4e9e5a /tmp/at_d807ac2"
+    for _ in 1 2 3 4 5; do for tree in $IMPALA_COST_TREES; do learn_cost "$tree"; done; done
+fi
