@@ -43,6 +43,9 @@ wrote (``data``: a list of files), with the command and machine they record:
 - ``step_cost`` (``python -m benchmarks step_cost``): per algo and env, wall and CPU ms per env step (and beside
   CPU-bound processes, with the busy/idle ratio);
 - ``demo``: the README demo's training time and CPU, idle and busy, from its output under ``/usr/bin/time -v``.
+- ``gpu_overlap`` and ``ray_scaling``, a lent GPU machine's (``benchmarks/recipes/gpu_machine.sh``): throughput
+  reports against their overlap bound beside an SB3 run's steps per second; the Ray collector's ``learn()`` against
+  the learner's ceiling. Their files may not be there yet: the table then says so.
 """
 
 import argparse
@@ -616,6 +619,151 @@ def demo_table(entry: dict[str, Any], root: Path) -> str:
 
 
 MEASUREMENT_KINDS = {"throughput": throughput_table, "step_cost": step_cost_table, "demo": demo_table}
+
+
+# The kinds of a lent GPU machine's data (benchmarks/recipes/gpu_machine.sh): the files come back from a machine
+# that only some sittings have, so a file not there yet is a measurement not made yet, not an error.
+
+
+def _not_yet_measured(entry: dict[str, Any]) -> str:
+    recipe = entry["recipe"]
+    return (
+        f"Not yet measured. Recipe: [{recipe}]({relative(entry['page'], recipe)}); its header gives the device command "
+        "and the steps that bring the data here.\n"
+    )
+
+
+def _number(value: float | None, form: str) -> str:
+    return "-" if value is None or not np.isfinite(value) else format(value, form)
+
+
+def _machine_line(machines: list[dict[str, Any]], entry: dict[str, Any]) -> str:
+    """The machines (name, CPUs, GPU where the name lacks it) and dates the data came from, and the recipe."""
+    details: dict[str, list[str]] = {}
+    for machine in machines:
+        known, cuda = details.setdefault(machine["name"], []), machine.get("cuda")
+        if machine.get("cpus") and not known:
+            known.append(f"{machine['cpus']} CPUs")
+        if cuda and cuda not in machine["name"] and cuda not in known:
+            known.append(cuda)
+    names = [name + (f" ({', '.join(known)})" if known else "") for name, known in sorted(details.items())]
+    dates = sorted({machine.get("date", "") for machine in machines} - {""})
+    recipe = entry["recipe"]
+    return f"Machine: {', '.join(names)}; {', '.join(dates)}. Recipe: [{recipe}]({relative(entry['page'], recipe)}).\n"
+
+
+def _last_points(path: Path) -> list[EvalPoint]:
+    """Each run's (algo and seed's) last finished point of a ``benchmarks run`` CSV."""
+    last: dict[tuple[str, int], EvalPoint] = {}
+    for point in read_csv(path):
+        key = (point.algo, point.seed)
+        if point.status == "ok" and point.wall_seconds > 0 and (key not in last or point.steps >= last[key].steps):
+            last[key] = point
+    return [last[key] for key in sorted(last)]
+
+
+def gpu_overlap_table(entry: dict[str, Any], root: Path) -> str:
+    """
+    Asynchrony where it is meant to pay, from ``data``'s files: a row per ``benchmarks throughput`` report (JSON) with
+    the most asynchrony can give over collect-then-train, (C + L) / max(C, L), and the fraction of it that
+    T_sync / T_async reaches; then each SB3 run's env steps per second (``benchmarks run``'s ``ENV.csv``: its last
+    point's steps over its training time) and each report's asynchronous steps per second over it. The files not
+    there yet are named below the table.
+    """
+    present = [name for name in entry["data"] if (root / name).is_file()]
+    if not present:
+        return _not_yet_measured(entry)
+    reports = [json.loads((root / name).read_text()) for name in present if name.endswith(".json")]
+    machines = [report["machine"] for report in reports]
+    rows = [
+        "| algo | env | vec env | collector | learner | C s/batch | L s/batch | T_async s/batch | T_sync s/batch "
+        "| env steps/s async | env steps/s sync | T_sync / T_async | bound (C + L) / max(C, L) | of the bound |",
+        "|" + " --- |" * 14,
+    ]
+    for report in reports:
+        c, learn = report.get("C_collect_seconds_per_batch"), report.get("L_learn_seconds_per_batch")
+        t_async, t_sync = report.get("T_async_seconds_per_batch"), report.get("T_sync_seconds_per_batch")
+        bound = (c + learn) / max(c, learn) if c and learn else None
+        speedup = t_sync / t_async if t_sync and t_async else None
+        cells = [report["algo"], report["env"], report["vec_env"], report["collector"], report["device"]]
+        cells += [_number(value, ".3f") for value in (c, learn, t_async, t_sync)]
+        cells += [_number(report.get("env_steps_per_second_async"), ".0f")]
+        cells += [_number(report["batch_env_steps"] / t_sync if t_sync else None, ".0f")]
+        cells += [_number(speedup, ".2f"), _number(bound, ".2f")]
+        cells += [f"**{speedup / bound:.2f}**" if speedup and bound else "-"]
+        rows.append("| " + " | ".join(cells) + " |")
+    notes = []
+    for name in (name for name in present if name.endswith(".csv")):
+        points = _last_points(root / name)
+        summary = (root / name).with_suffix(".json")  # the run's ENV.json, with its machine; the CSV has its name only
+        if summary.is_file():
+            machines.append(json.loads(summary.read_text())["machine"])
+        else:
+            machines += [{"name": point.machine} for point in points]
+        for point in points:
+            speed = point.steps / point.wall_seconds
+            faster = "; ".join(
+                f"`{report['algo']}` asynchronous over it: **{report['env_steps_per_second_async'] / speed:.2f}**"
+                for report in reports
+                if report.get("env_steps_per_second_async") and report["env"] == point.env
+            )
+            notes.append(
+                f"SB3 `{point.algo}` on {point.env}, learner on {point.device}: **{speed:.0f}** env steps/s "
+                f"({point.steps} steps in {point.wall_seconds:.0f} s of training)" + (f"; {faster}." if faster else ".")
+            )
+    missing = [Path(name).name for name in entry["data"] if name not in present]
+    if missing:
+        notes.append("Not measured in this sitting: " + ", ".join(f"`{name}`" for name in missing) + ".")
+    table = "\n".join(rows) + "\n\n" if len(rows) > 2 else ""
+    return table + "".join(f"{note}  \n" for note in notes) + _machine_line(machines, entry)
+
+
+def ray_scaling_table(entry: dict[str, Any], root: Path) -> str:
+    """
+    ``benchmarks ray_scaling``'s JSON (``data``'s one file): per mode and number of workers, env steps per second,
+    the collector's fraction of linear (collect) or learn()'s of the learner's ceiling, and learn()'s of the most
+    the environments and the learner allow together (min(ceiling, environments' limit)), the slowest worker, the
+    driver's time per segment and the learner's CPU per step.
+    """
+    path = root / entry["data"][0]
+    if not path.is_file():
+        return _not_yet_measured(entry)
+    data = json.loads(path.read_text())
+    ceiling = next((row["steps_per_s"] for row in data["rows"] if row["mode"] == "ceiling"), None)
+    rows = [
+        "| mode | workers | env steps/s | of linear (collect), of the ceiling (learn) | environments' limit "
+        "| of min(ceiling, environments' limit) | slowest worker, steps/s | driver ms per segment "
+        "| learner's CPU ms per step |",
+        "|" + " --- |" * 9,
+    ]
+    for row in data["rows"]:
+        learn = row["mode"] == "learn"
+        fraction = row["efficiency"] if row["mode"] == "collect" else row["of_ceiling"]
+        limit = row["env_limit_steps_per_s"]
+        cells = [
+            "ceiling (learner alone)" if row["mode"] == "ceiling" else row["mode"],
+            "" if row["mode"] == "ceiling" else str(row["workers"]),
+            _number(row["steps_per_s"], ".0f"),
+            f"**{fraction:.2f}**" if learn and fraction is not None else _number(fraction, ".2f"),
+            _number(limit, ".0f"),
+            _number(row["steps_per_s"] / min(ceiling, limit) if learn and ceiling and limit else None, ".2f"),
+            _number(row["worker_steps_per_s_min"], ".0f"),
+            _number(row["driver_ms_per_segment"], ".2f"),
+            _number(row["learner_cpu_ms_per_step"], ".2f"),
+        ]
+        rows.append("| " + " | ".join(cells) + " |")
+    settings = data["settings"]
+    note = (
+        f"{settings['env']} (sleep {settings['step_sleep'] * 1e3:g} ms, CPU {settings['step_cpu'] * 1e3:g} ms per "
+        f"step), {settings['envs_per_worker']} env(s) x {settings['n_steps']} steps per segment, "
+        f"{settings['num_cpus_per_worker']:g} CPU per worker, {settings['learn_steps']} steps per learn() point, "
+        f"{settings['repeats']} repeat(s) (medians); the learner's ceiling with {data['learner_threads']} torch "
+        f"thread(s), as learn() leaves it beside {max(settings['workers'])} workers; Ray {data['ray_version']}."
+    )
+    return "\n".join(rows) + f"\n\n{note}  \n" + _machine_line([data["machine"]], entry)
+
+
+MEASUREMENT_KINDS.update(gpu_overlap=gpu_overlap_table, ray_scaling=ray_scaling_table)
 
 
 def render_blocks(manifest: dict[str, Any], root: Path, write_files: bool) -> dict[str, dict[str, str]]:
