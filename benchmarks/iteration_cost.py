@@ -109,7 +109,7 @@ def timed_sections(model: Any, timer: SectionTimer) -> Iterator[None]:
         memory = model.replay_memory
         patches.append(mock.patch.object(model, "_replay_round", timer.wrap(model._replay_round, "replay_steps")))
         patches.append(mock.patch.object(model, "_score_segments", timer.wrap(model._score_segments, "scoring")))
-        for name in ("add", "get", "sample", "update_priorities"):
+        for name in ("add_segment", "get", "sample", "update_priorities"):
             patches.append(mock.patch.object(memory, name, timer.wrap(getattr(memory, name), "memory")))
     if hasattr(model, "_replay_ratios_and_kl"):  # PPO-AMBER
         patches.append(mock.patch.object(model, "_replay_ratios_and_kl", timer.wrap(model._replay_ratios_and_kl, "scoring")))

@@ -1,6 +1,7 @@
 """PTR-PPO: the sum-tree, the priority memory and the algorithm (its estimators are in test_estimators.py)."""
 
 import copy
+import inspect
 import math
 import zipfile
 
@@ -16,12 +17,13 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 
 from sb3_impact import PTRPPO
 from sb3_impact.common.distributions import distribution_from_params
-from sb3_impact.common.segments import Segment
+from sb3_impact.common.segments import Segment, SegmentMemory, SegmentValues
 from sb3_impact.common.training_batch import TrainingBatch
 from sb3_impact.ptr_ppo import ptr_ppo as ptr_ppo_module
 from sb3_impact.ptr_ppo.memory import PRIORITY_EPS, RunningReturnStatistics, TrajectoryMemory
 from sb3_impact.ptr_ppo.ptr_ppo import REPLAY_RATIOS, segment_priorities
 from sb3_impact.ptr_ppo.sum_tree import SumTree
+from sb3_impact.vracer.memory import EpisodeReplayMemory
 
 from .conftest import DictObsEnv, ImageEnv
 from .test_estimators import slow_gae, slow_rho_done, slow_rho_marg, slow_surrogate
@@ -121,7 +123,7 @@ def test_reward_priority_by_hand_with_statistics_updated_on_insertion_only():
     memory = TrajectoryMemory(capacity=4, priority_alpha=1.0)
     first = make_segments(n_segments=2, n_steps=3, seed=0)
     first.rewards[:] = np.array([[1.0, 1.0, 1.0], [0.0, 0.0, 1.0]]).T  # returns 3 and 1 (time-major)
-    slots = memory.add(first)
+    slots = memory.add_segment(first)
     # eq. 14 after inserting 3 and 1: mean 2, std sqrt(((3-2)^2 + (1-2)^2) / 2) = 1
     assert memory.return_statistics.mean == 2.0 and memory.return_statistics.std == 1.0
     np.testing.assert_allclose(memory.reward_priorities(slots), [1.0, 1.0])
@@ -130,7 +132,7 @@ def test_reward_priority_by_hand_with_statistics_updated_on_insertion_only():
     assert memory.return_statistics.count == 2  # sampling and priority updates leave the statistics alone
     second = make_segments(n_segments=1, n_steps=3, seed=1)
     second.rewards[:] = 2.0  # return 6: mean 10/3, M2 = 2 + (6 - 2)(6 - 10/3)
-    new_slots = memory.add(second)
+    new_slots = memory.add_segment(second)
     mean, std = 10 / 3, math.sqrt((2 + 4 * (6 - 10 / 3)) / 3)
     np.testing.assert_allclose([memory.return_statistics.mean, memory.return_statistics.std], [mean, std])
     np.testing.assert_allclose(
@@ -154,11 +156,11 @@ def test_running_return_statistics_match_numpy():
 
 def test_memory_priorities_get_exponent_and_floor():
     memory = TrajectoryMemory(capacity=3, priority_alpha=0.5)
-    slots = memory.add(make_segments(n_segments=3, n_steps=2, seed=0))
+    slots = memory.add_segment(make_segments(n_segments=3, n_steps=2, seed=0))
     memory.update_priorities(slots, [0.0, 4.0, 9.0])
     np.testing.assert_allclose(memory.tree.priorities, np.sqrt(np.array([0.0, 4.0, 9.0]) + PRIORITY_EPS))
     uniform = TrajectoryMemory(capacity=3, priority_alpha=0.0)
-    uniform.update_priorities(uniform.add(make_segments(n_segments=3, n_steps=2, seed=0)), [0.0, 4.0, 9.0])
+    uniform.update_priorities(uniform.add_segment(make_segments(n_segments=3, n_steps=2, seed=0)), [0.0, 4.0, 9.0])
     np.testing.assert_allclose(uniform.tree.priorities, 1.0)
 
 
@@ -190,8 +192,8 @@ def make_segments(n_segments: int, n_steps: int, seed: int, obs_dim: int = 3) ->
 def test_memory_is_fifo_and_returns_what_was_stored():
     memory = TrajectoryMemory(capacity=4, priority_alpha=1.0)
     first, second = make_segments(3, 5, seed=0), make_segments(3, 5, seed=1)
-    np.testing.assert_array_equal(memory.add(first), [0, 1, 2])
-    np.testing.assert_array_equal(memory.add(second), [3, 0, 1])
+    np.testing.assert_array_equal(memory.add_segment(first), [0, 1, 2])
+    np.testing.assert_array_equal(memory.add_segment(second), [3, 0, 1])
     assert len(memory) == 4 and memory.inserted == 6 and memory.overwritten == 2
     np.testing.assert_array_equal(memory.filled_slots(), [2, 3, 0, 1])  # oldest first
     stored = memory.get(np.array([2, 0]))  # environment 2 of the first segment, environment 1 of the second
@@ -209,9 +211,35 @@ def test_memory_is_fifo_and_returns_what_was_stored():
     assert len(stored.final_observation_indices) == stored.truncations.sum()
     np.testing.assert_array_equal(memory.returns[0], second.rewards[:, 1].astype(np.float64).sum())
     many = make_segments(6, 5, seed=2)  # more environments than slots: only the last 4 survive
-    memory.add(many)
+    memory.add_segment(many)
     np.testing.assert_array_equal(memory.get(memory.filled_slots()).observations, many.observations[:, 2:])
     assert memory.overwritten == 2 + 6
+
+
+def test_both_replay_memories_take_a_segment_through_one_interface():
+    """PTR-PPO's trajectory memory and V-RACER's episode memory: add_segment(segment, values) -> the slots written."""
+    segment = make_segments(n_segments=3, n_steps=6, seed=4)
+    segment.actions = segment.actions.astype(np.float32)  # V-RACER's memory is for Box actions
+    trajectories = TrajectoryMemory(capacity=4, priority_alpha=1.0)
+    episodes = EpisodeReplayMemory(100, spaces.Box(-5, 5, (3,)), spaces.Box(-1, 1, (1,)), n_envs=3)
+    assert isinstance(trajectories, SegmentMemory) and isinstance(episodes, SegmentMemory)
+    interface = inspect.signature(SegmentMemory.add_segment)
+    assert inspect.signature(TrajectoryMemory.add_segment) == inspect.signature(EpisodeReplayMemory.add_segment) == interface
+
+    np.testing.assert_array_equal(trajectories.add_segment(segment), [0, 1, 2])  # a slot per segment column
+    values = SegmentValues(np.ones((6, 3), dtype=np.float32), np.where(segment.truncations, 2.0, 0.0).astype(np.float32))
+    with pytest.raises(ValueError, match="keeps no value estimates"):
+        trajectories.add_segment(segment, values)
+
+    with pytest.raises(ValueError, match="values"):
+        episodes.add_segment(segment)
+    slots = episodes.add_segment(segment, values)  # a slot per step of the episodes that ended in the segment
+    ended = [
+        (t, column) for column in range(3) for t in range(6) if t <= np.flatnonzero(segment.dones[:, column]).max(initial=-1)
+    ]
+    assert len(slots) == len(ended) == len(episodes) > 0 and episodes.n_staged_steps == segment.size - len(ended)
+    stored = sorted(episodes.rewards[slots].tolist())
+    np.testing.assert_allclose(stored, sorted(segment.rewards[tuple(np.array(ended).T)].tolist()))
 
 
 # ------------------------------------------------------------------------------------------ algorithm

@@ -320,7 +320,7 @@ class PTRPPO(SegmentPPO):
         memory = self.replay_memory
         if self._last_segment is not None:
             segment, self._last_segment = self._last_segment, None
-            slots = memory.add(segment)  # the reward statistics see the new returns first (Fig. 3)
+            slots = memory.add_segment(segment)  # the reward statistics see the new returns first (Fig. 3)
             # Line 18: priorities of the new segments, with the network just updated on them.
             advantages = None
             if self.priority != "reward":  # (with more environments than slots, only the last ones were kept)
