@@ -18,10 +18,11 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 from sb3_impact import PTRPPO
 from sb3_impact.common.distributions import distribution_from_params
 from sb3_impact.common.segments import Segment, SegmentMemory, SegmentValues
-from sb3_impact.common.training_batch import TrainingBatch
+from sb3_impact.common.training_statistics import TrainingStatistics
 from sb3_impact.ptr_ppo import ptr_ppo as ptr_ppo_module
 from sb3_impact.ptr_ppo.memory import PRIORITY_EPS, RunningReturnStatistics, TrajectoryMemory
-from sb3_impact.ptr_ppo.ptr_ppo import REPLAY_RATIOS, segment_priorities
+from sb3_impact.ptr_ppo.ptr_ppo import REPLAY_RATIOS
+from sb3_impact.ptr_ppo.scoring import segment_priorities
 from sb3_impact.ptr_ppo.sum_tree import SumTree
 from sb3_impact.vracer.memory import EpisodeReplayMemory
 
@@ -295,8 +296,7 @@ def test_insertion_priorities_follow_the_definition(priority):
     if priority == "reward":
         expected = np.abs(memory.returns[slots] - memory.return_statistics.mean) / memory.return_statistics.std
     else:
-        scored = model._score_segments(TrainingBatch.from_segment(memory.get(slots), model.device), with_reference=False)
-        expected = segment_priorities(scored["advantages"], priority)
+        expected = segment_priorities(model._score_segments(memory.batch(slots)).advantages, priority)
     np.testing.assert_allclose(memory.priorities[slots], expected, rtol=1e-5)
 
 
@@ -331,7 +331,7 @@ def test_save_load_round_trip_without_the_memory(tmp_path):
     model.save(tmp_path / "model.zip")
     with zipfile.ZipFile(tmp_path / "model.zip") as archive:
         data = archive.read("data").decode()
-    assert "_memory" not in data and "_last_segment" not in data
+    assert "_memory" not in data
     loaded = PTRPPO.load(tmp_path / "model.zip", env=make_vec_env("CartPole-v1", n_envs=2, seed=0), device="cpu")
     for name, tensor in model.policy.state_dict().items():
         th.testing.assert_close(loaded.policy.state_dict()[name], tensor)
@@ -409,7 +409,7 @@ def test_replay_round_surrogate_against_slow_reference_from_the_paper(replay_rat
     clip = model.clip_range(1.0)
     expected_loss = slow_surrogate(list(log_pi), list(log_ref), list(advantages), clip)
 
-    stats = model._replay_round()
+    stats = model._replay_round(TrainingStatistics())
     assert math.isclose(stats["replay_policy_gradient_loss"], expected_loss, rel_tol=1e-4, abs_tol=1e-5)
     assert math.isclose(stats["replay_ratio_mean"], float(np.mean(np.exp(log_pi - log_ref))), rel_tol=1e-4)
     assert math.isclose(stats["replay_is_ratio_mean"], float(np.mean(np.exp(log_pi - log_b))), rel_tol=1e-4)
@@ -490,6 +490,14 @@ def test_logs_the_ptr_ppo_and_ppo_keys():
     keys = ["priority_mean", "priority_max", "rho_marg_mean", "replay_loss", "policy_gradient_loss", "approx_kl"]
     for key in [*keys, "replay_policy_gradient_loss", "replay_is_ratio_mean", "replay_is_ratio_max", "replay_ratio_mean"]:
         assert f"train/{key}" in logged and np.isfinite(logged[f"train/{key}"]), key
+
+
+def test_the_segment_loop_hands_train_its_rollout_and_a_plain_train_inserts_nothing():
+    model = PTRPPO("MlpPolicy", make_vec_env("CartPole-v1", n_envs=2, seed=0), replay_rounds=1, **SMALL).learn(32)
+    memory = model.replay_memory
+    assert memory.inserted == 2 and model.replay_updates == 1
+    model.train()  # SB3's call, after collect_rollouts say: the fresh update and the rounds, no new segment
+    assert memory.inserted == 2 and model.replay_updates == 2
 
 
 @pytest.mark.parametrize(
