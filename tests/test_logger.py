@@ -21,7 +21,7 @@ OWN_TRAIN_KEYS = {
     IMPACT: {"loss", "policy_gradient_loss", "value_loss", "entropy_loss", "clip_fraction", "clip_range", "kl_coef"},
     IMPALA: {"loss", "policy_gradient_loss", "value_loss", "entropy_loss", "is_ratio_mean"},
     PPOAMBER: {"replay_ratio_mean", "active_batches", "batch_drop_factor"},
-    PTRPPO: {"replay_loss", "replay_updates", "priority_mean"},
+    PTRPPO: {"replay_loss", "replay_updates", "priority_mean", "replay_share"},
     VRACER: {"policy_gradient_loss", "value_loss", "beta", "c_max", "far_fraction", "reward_scale", "memory_steps"},
     SACReFER: {"beta", "c_max", "far_fraction", "kl_mu_pi"},
     TD3ReFER: {"beta", "c_max", "far_fraction", "kl_mu_pi"},

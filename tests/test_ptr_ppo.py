@@ -492,12 +492,40 @@ def test_logs_the_ptr_ppo_and_ppo_keys():
         assert f"train/{key}" in logged and np.isfinite(logged[f"train/{key}"]), key
 
 
+def count_optimizer_steps(model: PTRPPO) -> list[int]:
+    """A counter (one entry) of the policy optimizer's steps from now on."""
+    counter = [0]
+
+    def count(*_) -> None:
+        counter[0] += 1
+
+    model.policy.optimizer.register_step_post_hook(count)
+    return counter
+
+
+@pytest.mark.parametrize(
+    "kwargs, fresh_steps, replay_steps",
+    [
+        (dict(replay_rounds=0), 2, 0),  # replay off: 2 epochs of one 32-sample minibatch, no replay
+        (dict(replay_rounds=3), 2, 3),  # a round of 2 segments of 16 steps is one minibatch
+        (dict(replay_rounds=3, batch_size=8), 8, 12),  # 4 minibatches per epoch and per round
+        (dict(replay_rounds=2, batch_size=8, target_kl=1e-12), 1, 8),  # the fresh epochs stop after their first step
+    ],
+)
+def test_replay_share_is_the_replay_fraction_of_the_gradient_steps_of_train(kwargs, fresh_steps, replay_steps):
+    model = PTRPPO("MlpPolicy", make_vec_env("CartPole-v1", n_envs=2, seed=0), n_epochs=2, **{**SMALL, **kwargs})
+    steps = count_optimizer_steps(model)
+    model.learn(32)  # one iteration, one train(): its fresh epochs, then its rounds on the segments just inserted
+    assert steps[0] == fresh_steps + replay_steps and model.replay_updates == replay_steps
+    assert model.logger.name_to_value["train/replay_share"] == replay_steps / (fresh_steps + replay_steps)
+
+
 def test_the_segment_loop_hands_train_its_rollout_and_a_plain_train_inserts_nothing():
     model = PTRPPO("MlpPolicy", make_vec_env("CartPole-v1", n_envs=2, seed=0), replay_rounds=1, **SMALL).learn(32)
     memory = model.replay_memory
     assert memory.inserted == 2 and model.replay_updates == 1
     model.train()  # SB3's call, after collect_rollouts say: the fresh update and the rounds, no new segment
-    assert memory.inserted == 2 and model.replay_updates == 2
+    assert memory.inserted == 2 and model.replay_updates == 2 and 0 < model.logger.name_to_value["train/replay_share"] < 1
 
 
 @pytest.mark.parametrize(

@@ -302,14 +302,17 @@ class PTRPPO(SegmentPPO):
         """
         if self.replay_ratio == "old_policy" and self.replay_rounds > 0:
             self._backup_old_policy()  # line 16
-        super().train()  # line 17
+        fresh_steps = self._fresh_update()  # line 17
         if segment is not None:
             self._insert(segment)  # lines 18-19
         memory = self.replay_memory
         statistics = TrainingStatistics()
+        replay_steps = self.replay_updates
         if len(memory) > 0:
             for _ in range(self.replay_rounds):  # lines 20-25
                 self._replay_round(statistics)
+        replay_steps = self.replay_updates - replay_steps
+        statistics.add({"replay_share": replay_steps / max(fresh_steps + replay_steps, 1)})
         filled = memory.filled_slots()
         if len(filled):
             statistics.add(
@@ -319,6 +322,21 @@ class PTRPPO(SegmentPPO):
         self.logger.record("train/memory_segments", len(memory))
         self.logger.record("train/replayed_segments", self.replayed_segments)
         self.logger.record("train/replay_updates", self.replay_updates)
+
+    def _fresh_update(self) -> int:
+        """Algorithm 1, line 17: SB3's PPO update on the rollout buffer. Returns its gradient steps."""
+        steps = 0
+
+        def count_step(*_: Any) -> None:
+            nonlocal steps
+            steps += 1
+
+        hook = self.policy.optimizer.register_step_post_hook(count_step)
+        try:
+            super().train()
+        finally:
+            hook.remove()
+        return steps
 
     def _insert(self, segment: Segment) -> None:
         """Algorithm 1, lines 18-19: the rollout's columns into the memory, prioritised by the network just updated."""
