@@ -17,10 +17,10 @@ is its own, without the sections it calls, so the sections add up to the whole `
 - ``epochs``: SB3 PPO's ``train()``, the epochs on the fresh rollout (PTR-PPO's fresh update); PPO-AMBER's
   epochs over its active batches (its ``train()`` without the parts below);
 - ``replay_steps``: PTR-PPO's replay rounds without the parts below: forward and backward passes of the replay
-  minibatches, the importance weights, the loss;
+  minibatches, the loss;
 - ``scoring``: PTR-PPO's scoring passes (insertion priorities, and each round's old-policy, bootstrap and,
-  for rounds of several minibatches, current-policy evaluation); PPO-AMBER's replay ratios R' (eq. 10) and
-  KL of every stored batch;
+  for rounds of several minibatches, current-policy evaluation) and each round's targets (the importance
+  weights); PPO-AMBER's replay ratios R' (eq. 10) and KL of every stored batch;
 - ``tensor_building``: segments into learner tensors (``TrainingBatch.from_segment``);
 - ``memory``: PTR-PPO's priority memory (add, get, sample, priority updates); PPO-AMBER's copy of the rollout
   into its memory;
@@ -109,7 +109,8 @@ def timed_sections(model: Any, timer: SectionTimer) -> Iterator[None]:
         memory = model.replay_memory
         patches.append(mock.patch.object(model, "_replay_round", timer.wrap(model._replay_round, "replay_steps")))
         patches.append(mock.patch.object(model, "_score_segments", timer.wrap(model._score_segments, "scoring")))
-        for name in ("add", "get", "sample", "update_priorities"):
+        patches.append(mock.patch.object(model, "_score_round", timer.wrap(model._score_round, "scoring")))
+        for name in ("add_segment", "get", "sample", "update_priorities"):
             patches.append(mock.patch.object(memory, name, timer.wrap(getattr(memory, name), "memory")))
     if hasattr(model, "_replay_ratios_and_kl"):  # PPO-AMBER
         patches.append(mock.patch.object(model, "_replay_ratios_and_kl", timer.wrap(model._replay_ratios_and_kl, "scoring")))

@@ -227,8 +227,9 @@ def test_loss_stays_finite_with_extreme_ratios(algo, kwargs):
     model._on_learn_start(collector)
     model._store_segment(segment)  # as the segment loop does, then its train()
     model.train()
-    assert model._n_updates > 0 and model._train_stats
-    assert all(np.isfinite(value) for values in model._train_stats.values() for value in values)
+    statistics = model._train_statistics.summary()
+    assert model._n_updates > 0 and statistics
+    assert all(np.isfinite(value) for value in statistics.values())
     assert all(th.isfinite(p).all() for p in model.policy.parameters())
 
 

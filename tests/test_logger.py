@@ -6,9 +6,12 @@ SB3's logger after learn(), on every (algorithm, collector) pair: as SB3's PPO, 
 
 import numpy as np
 import pytest
+import torch as th
 from stable_baselines3 import PPO, SAC, TD3
+from stable_baselines3.common.logger import Logger
 
 from sb3_impact import IMPACT, IMPALA, PPOAMBER, PTRPPO, VRACER, SACReFER, TD3ReFER
+from sb3_impact.common.training_statistics import TrainingStatistics
 
 from .algorithms import ALGO_COLLECTOR, COLLECTING, SB3_LOOP_ALGOS, pair_kwargs, short_pendulum, small
 
@@ -18,7 +21,7 @@ OWN_TRAIN_KEYS = {
     IMPACT: {"loss", "policy_gradient_loss", "value_loss", "entropy_loss", "clip_fraction", "clip_range", "kl_coef"},
     IMPALA: {"loss", "policy_gradient_loss", "value_loss", "entropy_loss", "is_ratio_mean"},
     PPOAMBER: {"replay_ratio_mean", "active_batches", "batch_drop_factor"},
-    PTRPPO: {"replay_loss", "replay_updates", "priority_mean"},
+    PTRPPO: {"replay_loss", "replay_updates", "priority_mean", "replay_share"},
     VRACER: {"policy_gradient_loss", "value_loss", "beta", "c_max", "far_fraction", "reward_scale", "memory_steps"},
     SACReFER: {"beta", "c_max", "far_fraction", "kl_mu_pi"},
     TD3ReFER: {"beta", "c_max", "far_fraction", "kl_mu_pi"},
@@ -61,3 +64,18 @@ def test_learn_leaves_the_last_train_values_and_collector_counters_in_the_logger
     assert logged["collector/sampled_steps"] == model.sampled_steps > 0
     assert logged["collector/trained_steps"] == model.trained_steps
     assert logged["collector/dropped_steps"] == model.dropped_steps == model.sampled_steps - model.trained_steps
+
+
+def test_training_statistics_are_means_by_name_and_maxima_for_max_names():
+    statistics = TrainingStatistics()
+    first = statistics.add_minibatches(
+        [{"loss": th.tensor(1.0), "ratio_max": th.tensor(2.0)}, {"loss": th.tensor(3.0), "ratio_max": th.tensor(5.0)}],
+        clip_range=0.2,
+    )
+    assert first == {"loss": 2.0, "ratio_max": 5.0, "clip_range": 0.2}  # one pass: over its minibatches
+    statistics.add({"loss": 4.0, "ratio_max": 1.0, "clip_range": 0.4})
+    assert statistics.summary() == pytest.approx({"loss": 3.0, "ratio_max": 5.0, "clip_range": 0.3})  # over the passes
+    logger = Logger(folder=None, output_formats=[])
+    statistics.record(logger)
+    assert logger.name_to_value == pytest.approx({"train/loss": 3.0, "train/ratio_max": 5.0, "train/clip_range": 0.3})
+    assert len(statistics) == 0 and statistics.summary() == {}  # recorded: the next record starts over

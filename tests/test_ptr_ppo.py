@@ -1,6 +1,7 @@
 """PTR-PPO: the sum-tree, the priority memory and the algorithm (its estimators are in test_estimators.py)."""
 
 import copy
+import inspect
 import math
 import zipfile
 
@@ -16,12 +17,14 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 
 from sb3_impact import PTRPPO
 from sb3_impact.common.distributions import distribution_from_params
-from sb3_impact.common.segments import Segment
-from sb3_impact.common.training_batch import TrainingBatch
+from sb3_impact.common.segments import Segment, SegmentMemory, SegmentValues
+from sb3_impact.common.training_statistics import TrainingStatistics
 from sb3_impact.ptr_ppo import ptr_ppo as ptr_ppo_module
 from sb3_impact.ptr_ppo.memory import PRIORITY_EPS, RunningReturnStatistics, TrajectoryMemory
-from sb3_impact.ptr_ppo.ptr_ppo import REPLAY_RATIOS, segment_priorities
+from sb3_impact.ptr_ppo.ptr_ppo import REPLAY_RATIOS
+from sb3_impact.ptr_ppo.scoring import segment_priorities
 from sb3_impact.ptr_ppo.sum_tree import SumTree
+from sb3_impact.vracer.memory import EpisodeReplayMemory
 
 from .conftest import DictObsEnv, ImageEnv
 from .test_estimators import slow_gae, slow_rho_done, slow_rho_marg, slow_surrogate
@@ -121,7 +124,7 @@ def test_reward_priority_by_hand_with_statistics_updated_on_insertion_only():
     memory = TrajectoryMemory(capacity=4, priority_alpha=1.0)
     first = make_segments(n_segments=2, n_steps=3, seed=0)
     first.rewards[:] = np.array([[1.0, 1.0, 1.0], [0.0, 0.0, 1.0]]).T  # returns 3 and 1 (time-major)
-    slots = memory.add(first)
+    slots = memory.add_segment(first)
     # eq. 14 after inserting 3 and 1: mean 2, std sqrt(((3-2)^2 + (1-2)^2) / 2) = 1
     assert memory.return_statistics.mean == 2.0 and memory.return_statistics.std == 1.0
     np.testing.assert_allclose(memory.reward_priorities(slots), [1.0, 1.0])
@@ -130,7 +133,7 @@ def test_reward_priority_by_hand_with_statistics_updated_on_insertion_only():
     assert memory.return_statistics.count == 2  # sampling and priority updates leave the statistics alone
     second = make_segments(n_segments=1, n_steps=3, seed=1)
     second.rewards[:] = 2.0  # return 6: mean 10/3, M2 = 2 + (6 - 2)(6 - 10/3)
-    new_slots = memory.add(second)
+    new_slots = memory.add_segment(second)
     mean, std = 10 / 3, math.sqrt((2 + 4 * (6 - 10 / 3)) / 3)
     np.testing.assert_allclose([memory.return_statistics.mean, memory.return_statistics.std], [mean, std])
     np.testing.assert_allclose(
@@ -154,11 +157,11 @@ def test_running_return_statistics_match_numpy():
 
 def test_memory_priorities_get_exponent_and_floor():
     memory = TrajectoryMemory(capacity=3, priority_alpha=0.5)
-    slots = memory.add(make_segments(n_segments=3, n_steps=2, seed=0))
+    slots = memory.add_segment(make_segments(n_segments=3, n_steps=2, seed=0))
     memory.update_priorities(slots, [0.0, 4.0, 9.0])
     np.testing.assert_allclose(memory.tree.priorities, np.sqrt(np.array([0.0, 4.0, 9.0]) + PRIORITY_EPS))
     uniform = TrajectoryMemory(capacity=3, priority_alpha=0.0)
-    uniform.update_priorities(uniform.add(make_segments(n_segments=3, n_steps=2, seed=0)), [0.0, 4.0, 9.0])
+    uniform.update_priorities(uniform.add_segment(make_segments(n_segments=3, n_steps=2, seed=0)), [0.0, 4.0, 9.0])
     np.testing.assert_allclose(uniform.tree.priorities, 1.0)
 
 
@@ -190,8 +193,8 @@ def make_segments(n_segments: int, n_steps: int, seed: int, obs_dim: int = 3) ->
 def test_memory_is_fifo_and_returns_what_was_stored():
     memory = TrajectoryMemory(capacity=4, priority_alpha=1.0)
     first, second = make_segments(3, 5, seed=0), make_segments(3, 5, seed=1)
-    np.testing.assert_array_equal(memory.add(first), [0, 1, 2])
-    np.testing.assert_array_equal(memory.add(second), [3, 0, 1])
+    np.testing.assert_array_equal(memory.add_segment(first), [0, 1, 2])
+    np.testing.assert_array_equal(memory.add_segment(second), [3, 0, 1])
     assert len(memory) == 4 and memory.inserted == 6 and memory.overwritten == 2
     np.testing.assert_array_equal(memory.filled_slots(), [2, 3, 0, 1])  # oldest first
     stored = memory.get(np.array([2, 0]))  # environment 2 of the first segment, environment 1 of the second
@@ -209,9 +212,35 @@ def test_memory_is_fifo_and_returns_what_was_stored():
     assert len(stored.final_observation_indices) == stored.truncations.sum()
     np.testing.assert_array_equal(memory.returns[0], second.rewards[:, 1].astype(np.float64).sum())
     many = make_segments(6, 5, seed=2)  # more environments than slots: only the last 4 survive
-    memory.add(many)
+    memory.add_segment(many)
     np.testing.assert_array_equal(memory.get(memory.filled_slots()).observations, many.observations[:, 2:])
     assert memory.overwritten == 2 + 6
+
+
+def test_both_replay_memories_take_a_segment_through_one_interface():
+    """PTR-PPO's trajectory memory and V-RACER's episode memory: add_segment(segment, values) -> the slots written."""
+    segment = make_segments(n_segments=3, n_steps=6, seed=4)
+    segment.actions = segment.actions.astype(np.float32)  # V-RACER's memory is for Box actions
+    trajectories = TrajectoryMemory(capacity=4, priority_alpha=1.0)
+    episodes = EpisodeReplayMemory(100, spaces.Box(-5, 5, (3,)), spaces.Box(-1, 1, (1,)), n_envs=3)
+    assert isinstance(trajectories, SegmentMemory) and isinstance(episodes, SegmentMemory)
+    interface = inspect.signature(SegmentMemory.add_segment)
+    assert inspect.signature(TrajectoryMemory.add_segment) == inspect.signature(EpisodeReplayMemory.add_segment) == interface
+
+    np.testing.assert_array_equal(trajectories.add_segment(segment), [0, 1, 2])  # a slot per segment column
+    values = SegmentValues(np.ones((6, 3), dtype=np.float32), np.where(segment.truncations, 2.0, 0.0).astype(np.float32))
+    with pytest.raises(ValueError, match="keeps no value estimates"):
+        trajectories.add_segment(segment, values)
+
+    with pytest.raises(ValueError, match="values"):
+        episodes.add_segment(segment)
+    slots = episodes.add_segment(segment, values)  # a slot per step of the episodes that ended in the segment
+    ended = [
+        (t, column) for column in range(3) for t in range(6) if t <= np.flatnonzero(segment.dones[:, column]).max(initial=-1)
+    ]
+    assert len(slots) == len(ended) == len(episodes) > 0 and episodes.n_staged_steps == segment.size - len(ended)
+    stored = sorted(episodes.rewards[slots].tolist())
+    np.testing.assert_allclose(stored, sorted(segment.rewards[tuple(np.array(ended).T)].tolist()))
 
 
 # ------------------------------------------------------------------------------------------ algorithm
@@ -267,8 +296,7 @@ def test_insertion_priorities_follow_the_definition(priority):
     if priority == "reward":
         expected = np.abs(memory.returns[slots] - memory.return_statistics.mean) / memory.return_statistics.std
     else:
-        scored = model._score_segments(TrainingBatch.from_segment(memory.get(slots), model.device), with_reference=False)
-        expected = segment_priorities(scored["advantages"], priority)
+        expected = segment_priorities(model._score_segments(memory.batch(slots)).advantages, priority)
     np.testing.assert_allclose(memory.priorities[slots], expected, rtol=1e-5)
 
 
@@ -303,7 +331,7 @@ def test_save_load_round_trip_without_the_memory(tmp_path):
     model.save(tmp_path / "model.zip")
     with zipfile.ZipFile(tmp_path / "model.zip") as archive:
         data = archive.read("data").decode()
-    assert "_memory" not in data and "_last_segment" not in data
+    assert "_memory" not in data
     loaded = PTRPPO.load(tmp_path / "model.zip", env=make_vec_env("CartPole-v1", n_envs=2, seed=0), device="cpu")
     for name, tensor in model.policy.state_dict().items():
         th.testing.assert_close(loaded.policy.state_dict()[name], tensor)
@@ -381,7 +409,7 @@ def test_replay_round_surrogate_against_slow_reference_from_the_paper(replay_rat
     clip = model.clip_range(1.0)
     expected_loss = slow_surrogate(list(log_pi), list(log_ref), list(advantages), clip)
 
-    stats = model._replay_round()
+    stats = model._replay_round(TrainingStatistics())
     assert math.isclose(stats["replay_policy_gradient_loss"], expected_loss, rel_tol=1e-4, abs_tol=1e-5)
     assert math.isclose(stats["replay_ratio_mean"], float(np.mean(np.exp(log_pi - log_ref))), rel_tol=1e-4)
     assert math.isclose(stats["replay_is_ratio_mean"], float(np.mean(np.exp(log_pi - log_b))), rel_tol=1e-4)
@@ -462,6 +490,42 @@ def test_logs_the_ptr_ppo_and_ppo_keys():
     keys = ["priority_mean", "priority_max", "rho_marg_mean", "replay_loss", "policy_gradient_loss", "approx_kl"]
     for key in [*keys, "replay_policy_gradient_loss", "replay_is_ratio_mean", "replay_is_ratio_max", "replay_ratio_mean"]:
         assert f"train/{key}" in logged and np.isfinite(logged[f"train/{key}"]), key
+
+
+def count_optimizer_steps(model: PTRPPO) -> list[int]:
+    """A counter (one entry) of the policy optimizer's steps from now on."""
+    counter = [0]
+
+    def count(*_) -> None:
+        counter[0] += 1
+
+    model.policy.optimizer.register_step_post_hook(count)
+    return counter
+
+
+@pytest.mark.parametrize(
+    "kwargs, fresh_steps, replay_steps",
+    [
+        (dict(replay_rounds=0), 2, 0),  # replay off: 2 epochs of one 32-sample minibatch, no replay
+        (dict(replay_rounds=3), 2, 3),  # a round of 2 segments of 16 steps is one minibatch
+        (dict(replay_rounds=3, batch_size=8), 8, 12),  # 4 minibatches per epoch and per round
+        (dict(replay_rounds=2, batch_size=8, target_kl=1e-12), 1, 8),  # the fresh epochs stop after their first step
+    ],
+)
+def test_replay_share_is_the_replay_fraction_of_the_gradient_steps_of_train(kwargs, fresh_steps, replay_steps):
+    model = PTRPPO("MlpPolicy", make_vec_env("CartPole-v1", n_envs=2, seed=0), n_epochs=2, **{**SMALL, **kwargs})
+    steps = count_optimizer_steps(model)
+    model.learn(32)  # one iteration, one train(): its fresh epochs, then its rounds on the segments just inserted
+    assert steps[0] == fresh_steps + replay_steps and model.replay_updates == replay_steps
+    assert model.logger.name_to_value["train/replay_share"] == replay_steps / (fresh_steps + replay_steps)
+
+
+def test_the_segment_loop_hands_train_its_rollout_and_a_plain_train_inserts_nothing():
+    model = PTRPPO("MlpPolicy", make_vec_env("CartPole-v1", n_envs=2, seed=0), replay_rounds=1, **SMALL).learn(32)
+    memory = model.replay_memory
+    assert memory.inserted == 2 and model.replay_updates == 1
+    model.train()  # SB3's call, after collect_rollouts say: the fresh update and the rounds, no new segment
+    assert memory.inserted == 2 and model.replay_updates == 2 and 0 < model.logger.name_to_value["train/replay_share"] < 1
 
 
 @pytest.mark.parametrize(

@@ -358,7 +358,7 @@ MEMORY_ARRAYS = ("actions", "rewards", "behaviour_params", "values", "q_ret", "i
 
 
 @pytest.mark.parametrize("capacity", [1000, 12])  # 12: episodes are evicted, some longer than the memory lose steps
-def test_memory_add_segment_cuts_columns_at_episode_ends_as_step_by_step_adds_do(capacity):
+def test_memory_add_columns_cuts_columns_at_episode_ends_as_step_by_step_adds_do(capacity):
     """Segments of several steps (several episode ends per column, Ray env ids) store what one add per step stores."""
     rng = np.random.default_rng(3)
     env_ids = np.array([4, 1, 2])
@@ -367,7 +367,7 @@ def test_memory_add_segment_cuts_columns_at_episode_ends_as_step_by_step_adds_do
         columns = random_columns(rng, n_steps, 3)
         final_indices = np.argwhere(columns["truncateds"])
         finals = columns["observations"][tuple(final_indices.T)] + 100.0  # s_T of each truncated end, time-major
-        by_segment.add_segment(
+        by_segment.add_columns(
             columns["observations"],
             columns["actions"],
             columns["rewards"],

@@ -61,6 +61,23 @@ def evaluate_in_chunks(
     return results
 
 
+def values_and_log_probs_in_chunks(
+    policy: ActorCriticPolicy, observations: Any, actions: th.Tensor, chunk_size: int = EVALUATION_CHUNK
+) -> tuple[th.Tensor, th.Tensor]:
+    """
+    ``V(s)`` and ``log pi(a|s)`` ``[N]`` of ``policy`` for flat observations and ``actions`` ``[N, ...]`` on its
+    device, without gradient, ``chunk_size`` samples at a time (:func:`evaluate_in_chunks`).
+    """
+    results = evaluate_in_chunks(
+        policy,
+        observations,
+        len(actions),
+        lambda chunk, distribution, values: (values, distribution.log_prob(actions[chunk])),
+        chunk_size,
+    )
+    return th.cat([values for values, _ in results]), th.cat([log_probs for _, log_probs in results])
+
+
 def segment_values(
     segment: Segment, predict_values: Callable[[Any], np.ndarray], chunk_size: int = EVALUATION_CHUNK
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

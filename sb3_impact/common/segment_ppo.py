@@ -63,7 +63,6 @@ class SegmentPPO(OnPolicySegmentMixin, PPO):
                 f"collector_kwargs: envs_per_worker ({envs_per_worker}) must equal the env's n_envs ({self.n_envs}) "
                 "with collector='ray': each Ray worker's segment is one rollout of the rollout buffer"
             )
-        self._last_segment: Segment | None = None
         if _init_setup_model:
             self._setup_model()
 
@@ -77,7 +76,7 @@ class SegmentPPO(OnPolicySegmentMixin, PPO):
         super()._setup_model()
 
     def _excluded_save_params(self) -> list[str]:
-        return [*super()._excluded_save_params(), *self._collection_excluded_save_params(), "_last_segment"]
+        return [*super()._excluded_save_params(), *self._collection_excluded_save_params()]
 
     def _segment_steps(self) -> int:
         return self.n_steps
@@ -86,7 +85,6 @@ class SegmentPPO(OnPolicySegmentMixin, PPO):
         """The rollout buffer holds the segment, with GAE from the current value function (as SB3's collect_rollouts)."""
         self.policy.set_training_mode(False)
         self._fill_rollout_buffer(segment, self.rollout_buffer)
-        self._last_segment = segment
 
     def learn(  # type: ignore[override]
         self: SelfSegmentPPO,

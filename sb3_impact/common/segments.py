@@ -1,7 +1,7 @@
-"""The segment: what every collector hands to every learner, whatever the algorithm."""
+"""The segment: what every collector hands to every learner, whatever the algorithm, and how it enters a memory."""
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -75,3 +75,32 @@ class Segment:
         if step + 1 < self.n_steps:
             return index_observation(self.observations, step + 1)
         return self.next_observations
+
+
+@dataclass
+class SegmentValues:
+    """The learner's value estimates of a segment's steps when it enters a memory, time-major ``[T, B]``."""
+
+    values: np.ndarray  # V(s_t)
+    final_values: np.ndarray  # V(final observation) where an episode was truncated at (t, env), zero elsewhere
+
+
+@runtime_checkable
+class SegmentMemory(Protocol):
+    """
+    How a segment enters a replay memory, the same for every memory fed by the segment loop (the algorithm's
+    ``_store_segment`` or ``train`` calls it): PTR-PPO's trajectory memory
+    (:class:`~sb3_impact.ptr_ppo.memory.TrajectoryMemory`) and V-RACER's episode memory
+    (:class:`~sb3_impact.vracer.memory.EpisodeReplayMemory`).
+    """
+
+    def add_segment(self, segment: Segment, values: SegmentValues | None = None) -> np.ndarray:
+        """
+        Store ``segment``; ``values`` are the learner's estimates of its steps, for a memory that keeps them (V-RACER's,
+        for its Retrace targets) and None for one that scores what it replays with the network of that replay
+        (PTR-PPO's).
+
+        :return: the memory slots the segment's steps were written to, in the memory's own unit (a slot per
+            segment column for PTR-PPO, a slot per step for V-RACER), in the order they were written
+        """
+        ...

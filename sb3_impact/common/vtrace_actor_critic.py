@@ -3,7 +3,6 @@
 import math
 import warnings
 from abc import abstractmethod
-from collections import defaultdict
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
@@ -26,6 +25,7 @@ from sb3_impact.common.rollout_buffers import BehaviourRolloutBuffer, DictBehavi
 from sb3_impact.common.segment_loop import OnPolicySegmentMixin
 from sb3_impact.common.segments import Segment
 from sb3_impact.common.training_batch import TrainingBatch
+from sb3_impact.common.training_statistics import TrainingStatistics
 
 SelfVTraceActorCritic = TypeVar("SelfVTraceActorCritic", bound="VTraceActorCritic")
 
@@ -42,7 +42,8 @@ class VTraceActorCritic(OnPolicySegmentMixin, OnPolicyAlgorithm):
     ``_n_updates`` counts draws, as PPO's counts epochs; ``gradient_steps`` counts minibatch steps.
 
     What every V-trace learner shares stays here: the parameters and their checks, the circular buffer, the V-trace
-    targets (:meth:`_vtrace_targets`) and the ``train/`` statistics (:meth:`_record_pass`). ``rollout_buffer`` and
+    targets (:meth:`_vtrace_targets`) and the ``train/`` statistics (``_train_statistics``, a
+    :class:`~sb3_impact.common.training_statistics.TrainingStatistics` that each pass adds to). ``rollout_buffer`` and
     ``collect_rollouts`` are SB3's on-policy surface; the rollout buffer is built when first asked for.
     """
 
@@ -147,7 +148,7 @@ class VTraceActorCritic(OnPolicySegmentMixin, OnPolicyAlgorithm):
         self.gradient_steps = 0
         self._circular_buffer: CircularBuffer | None = None
         self._rollout_buffer: BehaviourRolloutBuffer | DictBehaviourRolloutBuffer | None = None
-        self._train_stats: dict[str, list[float]] = defaultdict(list)
+        self._train_statistics = TrainingStatistics()
         if _init_setup_model:
             self._setup_model()
 
@@ -206,7 +207,7 @@ class VTraceActorCritic(OnPolicySegmentMixin, OnPolicyAlgorithm):
             *self._collection_excluded_save_params(),
             "_circular_buffer",
             "_rollout_buffer",
-            "_train_stats",
+            "_train_statistics",
         ]
 
     # ------------------------------------------------------------------ learning
@@ -298,29 +299,9 @@ class VTraceActorCritic(OnPolicySegmentMixin, OnPolicyAlgorithm):
 
     # ------------------------------------------------------------------ logging
 
-    def _record_pass(self, minibatch_stats: list[dict[str, th.Tensor]], **extra: float) -> dict[str, float]:
-        """
-        Record the statistics of one pass (a draw): the means over its minibatches of their unsynced statistics
-        (maxima for ``*_max`` keys), synced once, and ``extra``. Returns them.
-        """
-        names = list(minibatch_stats[0])
-        stacked = th.stack([th.stack([stats[name] for name in names]) for stats in minibatch_stats])
-        summary = th.where(
-            th.tensor([name.endswith("_max") for name in names], device=stacked.device),
-            stacked.max(dim=0).values,
-            stacked.mean(dim=0),
-        )
-        stats = {**dict(zip(names, summary.tolist(), strict=True)), **extra}  # one device sync per pass
-        for key, value in stats.items():
-            self._train_stats[key].append(value)
-        return stats
-
     def _record_train_logs(self) -> None:
-        """The ``train/`` statistics since the last record: means, maxima for ``*_max`` keys."""
-        for key, values in self._train_stats.items():
-            if values:
-                self.logger.record(f"train/{key}", float(np.max(values) if key.endswith("_max") else np.mean(values)))
-        self._train_stats.clear()
+        """The ``train/`` statistics since the last record (means, maxima for ``*_max`` keys) and the buffer's counters."""
+        self._train_statistics.record(self.logger)
         self.logger.record("train/n_updates", self._n_updates, exclude="tensorboard")
         if self._circular_buffer is not None:
             self.logger.record("train/buffer_batches", len(self._circular_buffer))

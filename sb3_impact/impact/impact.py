@@ -255,7 +255,7 @@ class IMPACT(VTraceActorCritic):
                 minibatch_stats.append(stats)
             self.gradient_steps += len(minibatch_stats)
             self._n_updates += 1
-            stats = self._record_pass(minibatch_stats, kl_coef=self.kl_coef, clip_range=clip_range)
+            stats = self._train_statistics.add_minibatches(minibatch_stats, kl_coef=self.kl_coef, clip_range=clip_range)
             if self.use_kl_penalty:
                 self._kl_sum += stats["kl_to_target"] * len(minibatch_stats)
                 self._kl_count += len(minibatch_stats)

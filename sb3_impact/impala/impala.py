@@ -247,7 +247,7 @@ class IMPALA(VTraceActorCritic):
 
             self._n_updates += 1
             extra = {"value_epochs_loss": float(np.mean(value_epochs_losses))} if value_epochs_losses else {}
-            self._record_pass(minibatch_stats, **extra)
+            self._train_statistics.add_minibatches(minibatch_stats, **extra)
             if self._n_updates % self.broadcast_interval == 0:
                 self._broadcast_weights()
 

@@ -1,9 +1,12 @@
 """PTR-PPO's priority memory: fixed-length trajectory segments in FIFO slots, sampled through a sum-tree."""
 
 import numpy as np
+import torch as th
+from stable_baselines3.common.utils import get_device
 
 from sb3_impact.common.observations import Observation, index_observation, map_observation, stack_observations
-from sb3_impact.common.segments import Segment
+from sb3_impact.common.segments import Segment, SegmentValues
+from sb3_impact.common.training_batch import TrainingBatch
 from sb3_impact.ptr_ppo.sum_tree import SumTree
 
 # Added to every priority, as PER's proportional variant does (paper section 2.2): a segment whose
@@ -74,17 +77,20 @@ class TrajectoryMemory:
 
     A slot holds one environment's column of a :class:`~sb3_impact.common.segments.Segment`: its ``T`` steps,
     the observation after them, the final observations of its time-limit ends and the policy version
-    that collected it. :meth:`add` takes a segment of ``B`` environments into ``B`` slots; :meth:`get`
-    returns slots as one segment with an environment per slot. Storage is allocated at the first
-    :meth:`add`, with the shapes and dtypes of the segment given.
+    that collected it. :meth:`add_segment` (the :class:`~sb3_impact.common.segments.SegmentMemory` interface) takes a
+    segment of ``B`` environments into ``B`` slots; :meth:`get` returns slots as one segment with an environment per
+    slot, and :meth:`batch` the same as a :class:`~sb3_impact.common.training_batch.TrainingBatch` on the learner's
+    device. Storage is allocated at the first :meth:`add_segment`, with the shapes and dtypes of the segment given.
 
     :param capacity: the number of segments kept (the paper's memory size)
     :param priority_alpha: the exponent alpha (0: uniform sampling)
+    :param device: the device of the learner it feeds (:meth:`batch`; the memory itself is numpy)
     """
 
-    def __init__(self, capacity: int, priority_alpha: float) -> None:
+    def __init__(self, capacity: int, priority_alpha: float, device: th.device | str = "auto") -> None:
         self.capacity = int(capacity)
         self.priority_alpha = float(priority_alpha)
+        self.device = get_device(device)
         self.tree = SumTree(self.capacity)
         self.priorities = np.zeros(self.capacity, dtype=np.float64)  # raw p, before the exponent
         self.returns = np.zeros(self.capacity, dtype=np.float64)  # undiscounted segment returns
@@ -102,15 +108,19 @@ class TrajectoryMemory:
     def __len__(self) -> int:
         return self.size
 
-    def add(self, segment: Segment) -> np.ndarray:
+    def add_segment(self, segment: Segment, values: SegmentValues | None = None) -> np.ndarray:
         """
         Store the ``n_envs`` columns of ``segment`` in the next FIFO slots (their priority is 0 until
         :meth:`update_priorities`), and update the running return statistics with their returns (eq. 14, on
         insertion only).
 
+        :param values: must be None: the memory keeps no value estimates, a replay scores its segments with the
+            network of that replay
         :return: the slots, in the order of the segment's environments (only the last ``capacity`` of them
             when there are more)
         """
+        if values is not None:
+            raise ValueError("TrajectoryMemory keeps no value estimates: a replay scores its segments itself")
         columns: dict[str, Observation | np.ndarray] = {
             "observations": _env_major(segment.observations),
             "next_observations": segment.next_observations,
@@ -165,6 +175,10 @@ class TrajectoryMemory:
             infos=[[{} for _ in slots] for _ in range(n_steps)],
             policy_version=int(self.policy_versions[slots].min()),
         )
+
+    def batch(self, slots: np.ndarray) -> TrainingBatch:
+        """The segments in ``slots`` (:meth:`get`) as one batch on the memory's device, one environment per slot."""
+        return TrainingBatch.from_segment(self.get(slots), self.device)
 
     def sample(self, batch_size: int, rng: np.random.Generator) -> np.ndarray:
         """``batch_size`` slots drawn proportionally to ``p^alpha`` (stratified, with replacement)."""

@@ -5,26 +5,21 @@ from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 import torch as th
+from stable_baselines3.common.distributions import Distribution
 from stable_baselines3.common.policies import ActorCriticPolicy, BasePolicy
 from stable_baselines3.common.type_aliases import GymEnv, MaybeCallback, Schedule
 
 from sb3_impact.common.collectors import Collector
-from sb3_impact.common.distributions import kl_from_params
-from sb3_impact.common.estimators import (
-    clamped_ratio,
-    done_cut_log_rho,
-    fold_truncation_bootstrap,
-    gae_with_episode_ends,
-    truncated_importance_weight,
-)
-from sb3_impact.common.modes import has_mode_dependent_layers
-from sb3_impact.common.observations import index_observation
-from sb3_impact.common.policy_evaluation import evaluate_in_chunks, evaluate_policy_and_values
+from sb3_impact.common.modes import evaluation_mode, has_mode_dependent_layers
+from sb3_impact.common.policy_evaluation import values_and_log_probs_in_chunks
 from sb3_impact.common.segment_ppo import SegmentPPO
+from sb3_impact.common.segments import Segment
 from sb3_impact.common.training_batch import TrainingBatch
+from sb3_impact.common.training_statistics import TrainingStatistics
 from sb3_impact.ptr_ppo.loss import ReplayTargets, ptr_ppo_replay_loss
 from sb3_impact.ptr_ppo.memory import TrajectoryMemory
 from sb3_impact.ptr_ppo.policies import CnnPolicy, MlpPolicy, MultiInputPolicy
+from sb3_impact.ptr_ppo.scoring import SegmentScores, replay_targets, score_segments, segment_priorities
 
 SelfPTRPPO = TypeVar("SelfPTRPPO", bound="PTRPPO")
 
@@ -33,16 +28,6 @@ PRIORITIES = ("max", "mean", "reward")
 # b, the policy backed up before the fresh update (Algorithm 1, line 16) or the policy backed up at the start
 # of each replay round (Algorithm 1, line 22). See PTRPPO's ``replay_ratio``.
 REPLAY_RATIOS = ("behaviour", "old_policy", "round_policy")
-
-
-def segment_priorities(advantages: th.Tensor, priority: str) -> np.ndarray:
-    """Eq. (12) (``"max"``) or eq. (13) (``"mean"``) over ``|A_t|`` of each segment, ``advantages`` ``[T, B]``."""
-    magnitudes = advantages.abs()
-    if priority == "max":
-        return magnitudes.max(dim=0).values.cpu().numpy().astype(np.float64)
-    if priority == "mean":
-        return magnitudes.mean(dim=0).cpu().numpy().astype(np.float64)
-    raise ValueError(f"priority must be 'max' or 'mean' here, got {priority!r}")
 
 
 class PTRPPO(SegmentPPO):
@@ -230,7 +215,7 @@ class PTRPPO(SegmentPPO):
 
     def _setup_model(self) -> None:
         super()._setup_model()
-        self._memory = TrajectoryMemory(self.memory_size, self.priority_alpha)
+        self._memory = TrajectoryMemory(self.memory_size, self.priority_alpha, self.device)
         self._replay_rng = np.random.default_rng(self.seed)
 
     def _excluded_save_params(self) -> list[str]:
@@ -248,63 +233,56 @@ class PTRPPO(SegmentPPO):
             self._old_policy.requires_grad_(False)
         self._old_policy.load_state_dict(self.policy.state_dict())
 
-    # ---------------------------------------------------------------- scoring segments
+    # ---------------------------------------------------------------- scoring
 
     @th.no_grad()
-    def _score_segments(
-        self, batch: TrainingBatch, with_reference: bool = True, current: tuple[th.Tensor, th.Tensor] | None = None
-    ) -> dict[str, th.Tensor]:
+    def _evaluate(
+        self, batch: TrainingBatch, forward: tuple[Distribution, th.Tensor] | None = None
+    ) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
         """
-        Evaluate a batch of segments with the current network: time-major ``[T, B]`` GAE (eq. 18), one-step TD
-        targets, ``log pi - log b`` and episode ends, plus the flat (time-major) tensors the loss needs, among
-        them ``reference_log_probs``, the log-denominator of the surrogate's ratio chosen by ``replay_ratio``
-        (skipped with ``with_reference=False``: the insertion priorities need the GAE only). ``current``: the
-        network's values and log-probabilities of the batch (flat), when the caller has them already.
+        The current network on ``batch``, in evaluation mode: the values and log-probabilities of the stored actions
+        (flat, time-major), in chunks or from ``forward`` (the distribution and values of a forward pass over the whole
+        batch that the caller has already: a one-minibatch round's gradient step), and the bootstrap values
+        (:meth:`~sb3_impact.common.training_batch.TrainingBatch.bootstrap_values`).
         """
-        self.policy.set_training_mode(False)
-        if current is None:
-            results = evaluate_in_chunks(
-                self.policy,
-                batch.observations,
-                batch.size,
-                lambda chunk, distribution, values: (values, distribution.log_prob(batch.actions[chunk])),
-            )
-            current = th.cat([values for values, _ in results]), th.cat([log_prob for _, log_prob in results])
-        values = current[0].detach().reshape(batch.n_steps, batch.n_envs)
-        log_probs = current[1].detach().reshape(batch.n_steps, batch.n_envs)
-        bootstrap_values, final_values = batch.bootstrap_values(self.policy)
-        rewards, discounts = fold_truncation_bootstrap(
-            batch.rewards, batch.terminations, batch.truncations, final_values, self.gamma
-        )
-        next_values = th.cat([values[1:], bootstrap_values.unsqueeze(0)], dim=0)
-        if not with_reference:
-            reference_log_probs = batch.behaviour_log_probs.flatten()
-        elif self.replay_ratio == "old_policy":
+        with evaluation_mode(self.policy):
+            if forward is None:
+                values, log_probs = values_and_log_probs_in_chunks(self.policy, batch.observations, batch.actions)
+            else:
+                values, log_probs = forward[1].detach(), forward[0].log_prob(batch.actions).detach()
+            return (values, log_probs, *batch.bootstrap_values(self.policy))
+
+    def _score_segments(self, batch: TrainingBatch) -> SegmentScores:
+        """``batch`` scored by the current network (:func:`~sb3_impact.ptr_ppo.scoring.score_segments`)."""
+        return score_segments(batch, *self._evaluate(batch), gamma=self.gamma, gae_lambda=self.gae_lambda)
+
+    @th.no_grad()
+    def _score_round(
+        self, batch: TrainingBatch, slots: np.ndarray, forward: tuple[Distribution, th.Tensor] | None
+    ) -> tuple[ReplayTargets, np.ndarray]:
+        """
+        Algorithm 1, line 22: the network at the start of the round scores the segments of ``slots`` (``batch``) once,
+        which gives the round's targets (eqs. 16, 18-21) and the segments' new priorities (eqs. 12-14).
+        """
+        values, log_probs, bootstrap_values, final_values = self._evaluate(batch, forward)
+        if self.replay_ratio == "old_policy":
             assert self._old_policy is not None, "train() backs up the old policy before the replay rounds"
-            old_results = evaluate_in_chunks(
-                self._old_policy,
-                batch.observations,
-                batch.size,
-                lambda chunk, distribution, _: distribution.log_prob(batch.actions[chunk]),
-            )
-            reference_log_probs = th.cat(old_results)
+            reference_log_probs = values_and_log_probs_in_chunks(self._old_policy, batch.observations, batch.actions)[1]
         elif self.replay_ratio == "round_policy":
-            reference_log_probs = log_probs.flatten()  # this network, before the round's steps (line 22)
+            reference_log_probs = log_probs  # this network, before the round's steps (line 22)
         else:
             reference_log_probs = batch.behaviour_log_probs.flatten()
-        return {
-            "observations": batch.observations,  # type: ignore[dict-item]
-            "actions": batch.actions,
-            "advantages": gae_with_episode_ends(rewards, values, bootstrap_values, discounts, self.gae_lambda),
-            "td_targets": rewards + discounts * next_values,
-            "log_ratios": log_probs - batch.behaviour_log_probs,
-            "dones": batch.terminations | batch.truncations,
-            "behaviour_log_probs": batch.behaviour_log_probs.flatten(),
-            "reference_log_probs": reference_log_probs,
-            "behaviour_params": batch.behaviour_params,
-        }
+        scores = score_segments(
+            batch, values, log_probs, bootstrap_values, final_values, gamma=self.gamma, gae_lambda=self.gae_lambda
+        )
+        targets = replay_targets(scores, reference_log_probs, batch.behaviour_params, self.eps_marg)
+        return targets, self._priorities(slots, scores.advantages)
 
     def _priorities(self, slots: np.ndarray, advantages: th.Tensor | None) -> np.ndarray:
+        """
+        The priorities of the segments in ``slots``: eq. 12 or 13 of their GAE ``advantages`` (``[T, len(slots)]``), or
+        eq. 14 of their returns (``advantages`` None).
+        """
         if self.priority == "reward":
             return self.replay_memory.reward_priorities(slots)
         assert advantages is not None
@@ -312,36 +290,63 @@ class PTRPPO(SegmentPPO):
 
     # ---------------------------------------------------------------- training
 
-    def train(self) -> None:
-        """Algorithm 1, lines 16-25: PPO on the fresh rollout, insertion with priorities, replay rounds."""
+    def _train_on_segment(self, segment: Segment) -> None:
+        """The segment loop's hook, after ``segment`` filled the rollout buffer: :meth:`train` with it."""
+        self.train(segment)
+
+    def train(self, segment: Segment | None = None) -> None:
+        """
+        Algorithm 1, lines 16-25: PPO on the fresh rollout, ``segment`` (that rollout as collected) into the memory
+        with its priorities, replay rounds. Without ``segment`` (SB3's ``train()`` after ``collect_rollouts``) the
+        rounds replay the memory as it stands.
+        """
         if self.replay_ratio == "old_policy" and self.replay_rounds > 0:
             self._backup_old_policy()  # line 16
-        super().train()
+        fresh_steps = self._fresh_update()  # line 17
+        if segment is not None:
+            self._insert(segment)  # lines 18-19
         memory = self.replay_memory
-        if self._last_segment is not None:
-            segment, self._last_segment = self._last_segment, None
-            slots = memory.add(segment)  # the reward statistics see the new returns first (Fig. 3)
-            # Line 18: priorities of the new segments, with the network just updated on them.
-            advantages = None
-            if self.priority != "reward":  # (with more environments than slots, only the last ones were kept)
-                scored = self._score_segments(TrainingBatch.from_segment(segment, self.device), with_reference=False)
-                advantages = scored["advantages"][:, segment.n_envs - len(slots) :]
-            memory.update_priorities(slots, self._priorities(slots, advantages))
-
-        stats: dict[str, list[float]] = {}
+        statistics = TrainingStatistics()
+        replay_steps = self.replay_updates
         if len(memory) > 0:
-            for _ in range(self.replay_rounds):
-                for name, value in self._replay_round().items():
-                    stats.setdefault(name, []).append(value)
-        for name, values in stats.items():
-            self.logger.record(f"train/{name}", float(np.max(values) if name.endswith("_max") else np.mean(values)))
+            for _ in range(self.replay_rounds):  # lines 20-25
+                self._replay_round(statistics)
+        replay_steps = self.replay_updates - replay_steps
+        statistics.add({"replay_share": replay_steps / max(fresh_steps + replay_steps, 1)})
         filled = memory.filled_slots()
         if len(filled):
-            self.logger.record("train/priority_mean", float(memory.priorities[filled].mean()))
-            self.logger.record("train/priority_max", float(memory.priorities[filled].max()))
+            statistics.add(
+                {"priority_mean": memory.priorities[filled].mean(), "priority_max": memory.priorities[filled].max()}
+            )
+        statistics.record(self.logger)
         self.logger.record("train/memory_segments", len(memory))
         self.logger.record("train/replayed_segments", self.replayed_segments)
         self.logger.record("train/replay_updates", self.replay_updates)
+
+    def _fresh_update(self) -> int:
+        """Algorithm 1, line 17: SB3's PPO update on the rollout buffer. Returns its gradient steps."""
+        steps = 0
+
+        def count_step(*_: Any) -> None:
+            nonlocal steps
+            steps += 1
+
+        hook = self.policy.optimizer.register_step_post_hook(count_step)
+        try:
+            super().train()
+        finally:
+            hook.remove()
+        return steps
+
+    def _insert(self, segment: Segment) -> None:
+        """Algorithm 1, lines 18-19: the rollout's columns into the memory, prioritised by the network just updated."""
+        memory = self.replay_memory
+        slots = memory.add_segment(segment)  # the reward statistics see the new returns first (Fig. 3)
+        advantages = None
+        if self.priority != "reward":  # (with more environments than slots, only the last ones were kept)
+            advantages = self._score_segments(TrainingBatch.from_segment(segment, self.device)).advantages
+            advantages = advantages[:, segment.n_envs - len(slots) :]
+        memory.update_priorities(slots, self._priorities(slots, advantages))
 
     def _fuses_scoring_forward(self, samples: int) -> bool:
         """
@@ -351,49 +356,33 @@ class PTRPPO(SegmentPPO):
         """
         return samples <= self.batch_size and not has_mode_dependent_layers(self.policy)
 
-    def _replay_round(self) -> dict[str, float]:
-        """Algorithm 1, lines 21-24: sample M segments, one epoch of PTR-PPO minibatch steps, new priorities."""
+    def _replay_round(self, statistics: TrainingStatistics) -> dict[str, float]:
+        """
+        Algorithm 1, lines 21-24: sample M segments, score them with the current network, one epoch of PTR-PPO
+        minibatch steps, new priorities. Adds the round's statistics to ``statistics`` and returns them.
+        """
         assert self._replay_rng is not None
-        memory = self.replay_memory
-        slots = memory.sample(self.effective_replay_batch, self._replay_rng)
-        batch = TrainingBatch.from_segment(memory.get(slots), self.device)
+        slots = self.replay_memory.sample(self.effective_replay_batch, self._replay_rng)  # line 21
+        batch = self.replay_memory.batch(slots)
         clip_range = self.clip_range(self._current_progress_remaining)  # type: ignore[operator]
         self.policy.set_training_mode(True)
-        forward = None
-        if self._fuses_scoring_forward(batch.size):
-            distribution, values = evaluate_policy_and_values(self.policy, batch.observations)
-            forward = distribution, values, distribution.log_prob(batch.actions)
-        scored = self._score_segments(batch, current=None if forward is None else (forward[1], forward[2]))
-        self.policy.set_training_mode(True)
-        with th.no_grad():
-            # Eqs. (19)-(21): done-cut importance product, truncated weight, off-policy advantage.
-            rho_marg = truncated_importance_weight(done_cut_log_rho(scored["log_ratios"], scored["dones"]), self.eps_marg)
-            advantages = (rho_marg * scored["advantages"]).flatten()  # time-major, as the observations
-            # Eq. (16) weight pi / b of each step, truncated like eq. (20) so that it stays below 2 - eps_marg.
-            value_weights = truncated_importance_weight(scored["log_ratios"], self.eps_marg).flatten()
-            td_targets = scored["td_targets"].flatten()
-        targets = ReplayTargets(advantages, td_targets, value_weights, scored["reference_log_probs"])
-        new_priorities = self._priorities(slots, scored["advantages"])
+        forward = batch.evaluate(self.policy) if self._fuses_scoring_forward(batch.size) else None
+        targets, priorities = self._score_round(batch, slots, forward)  # line 22
 
-        size = advantages.shape[0]
-        permutation = th.as_tensor(self._replay_rng.permutation(size), device=self.device)
-        # One minibatch: its loss does not depend on the sample order, and the fused forward pass is in batch order.
-        minibatches = [None] if forward is not None else list(permutation.split(self.batch_size))
-        statistics = []
+        # Line 23: one epoch of minibatch steps. One minibatch: its loss does not depend on the sample order, and the
+        # fused forward pass is in batch order.
+        permutation = th.as_tensor(self._replay_rng.permutation(batch.size), device=self.device)
+        minibatches = [slice(None)] if forward is not None else list(permutation.split(self.batch_size))
+        minibatch_statistics = []
         for indices in minibatches:
-            select = slice(None) if indices is None else indices
-            if forward is None:
-                distribution, values = evaluate_policy_and_values(
-                    self.policy, index_observation(scored["observations"], select)
-                )
-                log_prob = distribution.log_prob(scored["actions"][select])
-            else:
-                distribution, values, log_prob = forward
-            loss, terms = ptr_ppo_replay_loss(
-                log_prob,
-                distribution.entropy(),
+            minibatch = batch.minibatch(indices)
+            distribution, values = forward if forward is not None else batch.evaluate(self.policy, minibatch)
+            loss, stats = ptr_ppo_replay_loss(
+                distribution,
                 values,
-                targets[select],
+                minibatch,
+                targets[indices],
+                self.action_space,
                 clip_range=clip_range,
                 ent_coef=self.ent_coef,
                 vf_coef=self.vf_coef,
@@ -403,35 +392,14 @@ class PTRPPO(SegmentPPO):
             loss.backward()
             th.nn.utils.clip_grad_norm_(self.policy.parameters(), self.max_grad_norm)
             self.policy.optimizer.step()
-            self.replay_updates += 1
-            with th.no_grad():
-                ratio = terms["ratio"]
-                kl = kl_from_params(self.action_space, scored["behaviour_params"][select], distribution).mean()
-                clip_fraction = (th.abs(ratio - 1) > clip_range).float().mean()
-                is_ratio = clamped_ratio(log_prob - scored["behaviour_log_probs"][select])  # pi / b, logged as before
-                losses = [loss, terms["policy_gradient_loss"], terms["value_loss"], terms["entropy_loss"]]
-                means = [*losses, clip_fraction, kl, is_ratio.mean(), ratio.mean()]
-                statistics.append(th.stack([*means, is_ratio.max(), ratio.max()]))
-        means = th.stack(statistics).mean(dim=0).tolist()  # synced once per round, not per minibatch
-        maxima = th.stack(statistics).max(dim=0).values.tolist()
-
-        # Line 24: the sampled segments' priorities, from the GAE of this round.
-        memory.update_priorities(slots, new_priorities)
+            minibatch_statistics.append(stats)
+        self.replay_updates += len(minibatches)
         self.replayed_segments += len(slots)
-        return {
-            "replay_loss": means[0],
-            "replay_policy_gradient_loss": means[1],
-            "replay_value_loss": means[2],
-            "replay_entropy_loss": means[3],
-            "replay_clip_fraction": means[4],
-            "replay_kl": means[5],
-            "replay_is_ratio_mean": means[6],
-            "replay_is_ratio_max": maxima[8],
-            "replay_ratio_mean": means[7],
-            "replay_ratio_max": maxima[9],
-            "rho_marg_mean": float(rho_marg.mean()),
-            "rho_marg_max": float(rho_marg.max()),
-        }
+        round_statistics = statistics.add_minibatches(
+            minibatch_statistics, rho_marg_mean=float(targets.rho_marg.mean()), rho_marg_max=float(targets.rho_marg.max())
+        )
+        self.replay_memory.update_priorities(slots, priorities)  # line 24
+        return round_statistics
 
     def learn(
         self: SelfPTRPPO,

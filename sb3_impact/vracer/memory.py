@@ -34,6 +34,7 @@ from sb3_impact.common.distributions import behaviour_params_dim
 from sb3_impact.common.estimators import retrace_q_ret, v_tbc
 from sb3_impact.common.observations import Observation, index_observation, map_observation, stack_observations
 from sb3_impact.common.refer import is_near_policy
+from sb3_impact.common.segments import Segment, SegmentValues
 
 
 @dataclass
@@ -195,17 +196,18 @@ class EpisodeReplayMemory:
         final_values: np.ndarray,
         next_observations: Observation,
         env_ids: np.ndarray | None = None,
-    ) -> None:
+    ) -> np.ndarray:
         """
-        Add one vector step (one transition per environment): :meth:`add_segment` of one step.
+        Add one vector step (one transition per environment): :meth:`add_columns` of one step. Returns the slots of
+        the episodes it ended.
 
         :param final_observations: ``s_T`` of each environment where an episode ended, else None
         :param final_values: ``V(s_T)`` of each environment (used where an episode was truncated)
 
-        The other arguments are those of :meth:`add_segment` without the time axis.
+        The other arguments are those of :meth:`add_columns` without the time axis.
         """
         ends = [column for column, final in enumerate(final_observations) if final is not None]
-        self.add_segment(
+        return self.add_columns(
             map_observation(observations, _one_step),
             _one_step(actions),
             _one_step(rewards),
@@ -220,7 +222,33 @@ class EpisodeReplayMemory:
             env_ids,
         )
 
-    def add_segment(
+    def add_segment(self, segment: Segment, values: SegmentValues | None = None) -> np.ndarray:
+        """
+        Add a collected segment (the :class:`~sb3_impact.common.segments.SegmentMemory` interface): its columns cut at
+        their episode ends (:meth:`add_columns`), with the original rewards where the sampler recorded them (under a
+        VecNormalize) and the learner's ``values`` of its steps (required: the Retrace targets start from them).
+
+        :return: the slots of the steps that entered the memory (the episodes that ended in the segment, with their
+            staged beginnings), oldest first; the steps of running episodes are staged, in no slot yet
+        """
+        if values is None:
+            raise ValueError("EpisodeReplayMemory needs the learner's values of the segment's steps (Retrace)")
+        return self.add_columns(
+            segment.observations,
+            segment.actions,
+            segment.extras.get("original_rewards", segment.rewards),
+            segment.behaviour_params,
+            values.values,
+            segment.dones,
+            segment.truncations,
+            segment.final_observations,
+            segment.final_observation_indices,
+            values.final_values,
+            segment.next_observations,
+            segment.env_ids,
+        )
+
+    def add_columns(
         self,
         observations: Observation,
         actions: np.ndarray,
@@ -234,12 +262,13 @@ class EpisodeReplayMemory:
         final_values: np.ndarray,
         next_observations: Observation,
         env_ids: np.ndarray | None = None,
-    ) -> None:
+    ) -> np.ndarray:
         """
         Add ``T`` vector steps of ``B`` environments, given as time-major numpy columns ``[T, B, ...]`` (the layout of
         a :class:`~sb3_impact.common.segments.Segment`). Each column is cut at its episode ends: an episode that ends
         enters the memory (episodes enter in the order they end, step by step, column by column), the steps after
-        a column's last end are staged until their episode ends.
+        a column's last end are staged until their episode ends. Returns the slots of the episodes that entered and
+        are still stored (a later one of the same call may evict an earlier one), oldest first.
 
         :param observations: ``s_t`` (raw, unnormalised)
         :param actions: ``a_t`` as sampled from the Gaussian (before any clipping)
@@ -257,6 +286,7 @@ class EpisodeReplayMemory:
             one memory); None: the columns are environments ``0 .. n_envs - 1``
         """
         n_steps, n_envs = dones.shape
+        episodes_before = self.n_episodes_added
         actions = actions.reshape(n_steps, n_envs, -1)  # the memory keeps flat actions
         columns = StepBlock(self._split_observation(observations), actions, rewards, behaviour_params, values)
         envs = range(n_envs) if env_ids is None else [int(env) for env in env_ids]
@@ -279,6 +309,14 @@ class EpisodeReplayMemory:
             self.staged_next_observations[env] = self._join_observation(
                 {key: np.array(value[column]) for key, value in next_split.items()}
             )
+        return self._newest_episode_slots(self.n_episodes_added - episodes_before)
+
+    def _newest_episode_slots(self, count: int) -> np.ndarray:
+        """The slots of the ``count`` newest episodes that are still stored, oldest step first."""
+        stored = min(count, len(self.episodes))
+        newest = [self.episodes[index] for index in range(len(self.episodes) - stored, len(self.episodes))]
+        slots = [(episode.start + np.arange(episode.length)) % self.capacity for episode in newest]
+        return np.concatenate(slots) if slots else np.zeros(0, dtype=np.int64)
 
     def close_staged_episodes(self, value_fn: Callable[[list[Observation]], np.ndarray], env_ids: Any = None) -> int:
         """

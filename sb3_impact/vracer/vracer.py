@@ -28,7 +28,7 @@ from sb3_impact.common.policy_evaluation import final_observation_values, segmen
 from sb3_impact.common.recurrent import refuse_recurrent_policy
 from sb3_impact.common.refer import annealed_c_max, annealed_lr_factor, check_refer_parameters, update_beta
 from sb3_impact.common.segment_loop import SegmentLoopMixin
-from sb3_impact.common.segments import Segment
+from sb3_impact.common.segments import Segment, SegmentValues
 from sb3_impact.vracer.loss import LOSS_STATISTICS, fused_refer_vracer_loss
 from sb3_impact.vracer.memory import EpisodeReplayMemory
 from sb3_impact.vracer.policies import CnnPolicy, MlpPolicy, MultiInputPolicy, VRACERPolicy
@@ -299,20 +299,7 @@ class VRACER(SegmentLoopMixin, OffPolicyAlgorithm):
             values, final_values = behaviour_values, final_observation_values(segment, self._batch_values)
         else:
             values, _, final_values = segment_values(segment, self._batch_values)
-        self.replay_buffer.add_segment(
-            segment.observations,
-            segment.actions,
-            segment.extras.get("original_rewards", segment.rewards),
-            segment.behaviour_params,
-            values,
-            segment.dones,
-            segment.truncations,
-            segment.final_observations,
-            segment.final_observation_indices,
-            final_values,
-            segment.next_observations,
-            segment.env_ids,
-        )
+        self.replay_buffer.add_segment(segment, SegmentValues(values, final_values))
         for _ in range(segment.n_steps):  # SB3's hook after each environment step
             self._on_step()
 
