@@ -33,9 +33,9 @@ from benchmarks.config import (
     split_variant,
     validate_names,
 )
-from benchmarks.iteration_cost import package_commit
 from benchmarks.output import machine_description, write_json
-from benchmarks.throughput import busy_processes, cpu_seconds
+from benchmarks.profiling.iteration_cost import package_commit
+from benchmarks.profiling.throughput import busy_processes, cpu_seconds
 
 WARM_UP_STEPS = 200
 # The algorithms whose learning_starts decides when the policy acts (before it, actions are uniform: SB3's rule).

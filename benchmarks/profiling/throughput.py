@@ -1,7 +1,7 @@
 """
 Collection/learning overlap of an asynchronous algorithm, with its zoo hyperparameters.
 
-    python -m benchmarks.throughput --algo impact --env CartPole-v1 --batches 200
+    python -m benchmarks throughput --algo impact --env CartPole-v1 --batches 200
 
 Measures, per batch (one collected segment of n_steps x n_envs environment steps):
 - C: pure collection time (the sampler alone, no learning);
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> None:
         "repeats": args.repeats,
         "learner_threads": args.learner_threads,
         "machine": machine_description(args.device),
-        "command": "python -m benchmarks.throughput "
+        "command": "python -m benchmarks throughput "
         f"--algo {args.algo} --env {args.env} --batches {args.batches} --vec-env {args.vec_env} --collector {args.collector}"
         + (f" --device {args.device}" if args.device != "cpu" else "")
         + (f" --workers {args.workers}" if args.workers else "")

@@ -3,7 +3,7 @@ Scaling of the Ray collector with its number of workers, with the parts measured
 
     python -m benchmarks ray_scaling --workers 1 2 4 8 16 --step-sleep 0.005 --out results/ray_scaling
 
-The environment is :class:`benchmarks.simulated_env.SimulatedEnv` (``--env`` takes another id): each step
+The environment is :class:`benchmarks.profiling.simulated_env.SimulatedEnv` (``--env`` takes another id): each step
 waits ``--step-sleep`` seconds and keeps a core busy for ``--step-cpu`` seconds, with ``--obs-size`` float32
 entries, so one worker's environments allow at most ``envs_per_worker / (step_sleep + step_cpu)`` steps/s.
 Three measurements (``--modes``):
@@ -49,7 +49,7 @@ from stable_baselines3.common.env_util import make_vec_env
 
 from benchmarks.output import machine_description, write_json
 from benchmarks.pool import sigterm_as_keyboard_interrupt
-from benchmarks.simulated_env import SimulatedEnv
+from benchmarks.profiling.simulated_env import SimulatedEnv
 from sb3_impact import IMPACT
 from sb3_impact.common.collectors.base import Collector, CollectorError, learner_threads_beside
 from sb3_impact.common.collectors.ray import cpus_taken
@@ -71,7 +71,7 @@ CSV_FIELDS = [
     "cpu_limit_steps_per_s",
     "repeats",
 ]
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def env_factory(args: argparse.Namespace) -> Any:
