@@ -708,7 +708,7 @@ def test_recorders_write_each_runs_statistics_and_draw_them(tmp_path):
 
 
 def test_busy_processes_run_beside_the_block_and_none_is_left_after_it():
-    from benchmarks.profiling.throughput import busy_processes, cpu_seconds
+    from benchmarks.profiling.timing import busy_processes, cpu_seconds
 
     with pytest.raises(RuntimeError, match="inside"), busy_processes(2) as processes:
         assert len(processes) == 2 and all(process.poll() is None for process in processes)

@@ -7,24 +7,26 @@ ratios and memory, per iteration.
         --out results/ptr_ppo/iteration_cost
 
 Each algo (``algo[key=value]`` variants as in ``run``) learns ``--steps`` environment steps with its yml
-hyperparameters (rl-zoo3's for PPO, ours for PTR-PPO), on one PyTorch thread by default. The methods behind
-each section are wrapped with timers for that run (nothing in the package is instrumented): a section's time
-is its own, without the sections it calls, so the sections add up to the whole ``learn()``.
+hyperparameters (rl-zoo3's for PPO, ours for PTR-PPO), on one PyTorch thread by default. Each section is timed
+through public hooks for that run (nothing in the package is instrumented): public methods wrapped with timers,
+and SB3's callbacks. A section's time is its own, without the sections it calls, so the sections add up to the
+whole ``learn()``. A wrapped method that no longer exists, or a section that never ran, stops the run.
 
-- ``collection``: stepping the environments with the policy (SB3's ``collect_rollouts``, or the collector's
-  ``get_segment``: with an asynchronous collector, the wait for the next segment);
-- ``rollout_buffer``: a segment into the rollout buffer (values and GAE);
+- ``collection``: stepping the environments with the policy (SB3's ``collect_rollouts``, or the ``get_segment`` of
+  the collector ``make_collector()`` builds: with an asynchronous collector, the wait for the next segment);
+- ``rollout_buffer``: a segment into the rollout buffer (values and GAE): from the segment's last ``on_step`` to
+  ``on_rollout_end``, between which the segment loop stores it;
 - ``epochs``: SB3 PPO's ``train()``, the epochs on the fresh rollout (PTR-PPO's fresh update); PPO-AMBER's
   epochs over its active batches (its ``train()`` without the parts below);
-- ``replay_steps``: PTR-PPO's replay rounds without the parts below: forward and backward passes of the replay
-  minibatches, the importance weights, the loss;
-- ``scoring``: PTR-PPO's scoring passes (insertion priorities, and each round's old-policy, bootstrap and,
-  for rounds of several minibatches, current-policy evaluation); PPO-AMBER's replay ratios R' (eq. 10) and
-  KL of every stored batch;
+- ``replay_steps``: PTR-PPO's ``train()`` without the parts below: the forward and backward passes of the replay
+  minibatches, the importance weights, the loss (and the GAE of the scored segments);
+- ``scoring``: PTR-PPO's scoring passes (``evaluate_in_chunks`` and ``TrainingBatch.bootstrap_values``: insertion
+  priorities, and each round's old-policy, bootstrap and, for rounds of several minibatches, current-policy
+  evaluation); PPO-AMBER's replay ratios R' (eq. 10) and KL of every stored batch (``replay_ratios_and_kl``);
 - ``tensor_building``: segments into learner tensors (``TrainingBatch.from_segment``);
 - ``memory``: PTR-PPO's priority memory (add, get, sample, priority updates); PPO-AMBER's copy of the rollout
-  into its memory;
-- ``other``: what ``learn()`` does besides (callbacks, logging, ``train()`` outside its parts).
+  into its memory (``StoredBatch.from_rollout_buffer``, the memory's ``add``);
+- ``other``: what ``learn()`` does besides (callbacks, logging).
 
 Sample-gradients count every sample in every gradient step: ``n_epochs * n_steps * n_envs`` per iteration
 plus PTR-PPO's replayed samples; for PPO-AMBER the samples of the minibatches drawn from its memory. Writes
@@ -36,15 +38,14 @@ import argparse
 import contextlib
 import csv
 import shlex
-import time
-from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
 import numpy as np
 import torch as th
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.ppo.ppo import PPO
 
@@ -55,68 +56,92 @@ from benchmarks.config import (
     validate_names,
 )
 from benchmarks.output import machine_description, write_json
+from benchmarks.profiling.timing import Mark, SectionTimer
 from benchmarks.protocol import git_commit
+from sb3_impact import PPOAMBER, PTRPPO
+from sb3_impact.common.collectors import Collector
+from sb3_impact.common.segment_loop import SegmentLoopMixin
 from sb3_impact.common.training_batch import TrainingBatch
+from sb3_impact.ppo_amber.memory import StoredBatch
+from sb3_impact.ptr_ppo import ptr_ppo as ptr_ppo_module
 
 SECTIONS = ("collection", "rollout_buffer", "epochs", "replay_steps", "scoring", "tensor_building", "memory", "other")
 
 
-class SectionTimer:
-    """Exclusive wall time per section: a section's time without the time of the sections it calls."""
+class StorageClock(BaseCallback):
+    """
+    Times a segment's storage as section ``rollout_buffer``: from its last ``on_step`` to ``on_rollout_end``, between
+    which the segment loop stores it.
+    """
 
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = defaultdict(float)
-        self.calls: dict[str, int] = defaultdict(int)
-        self._stack: list[list[float]] = []  # per open section: [start, time spent in sections it called]
+    def __init__(self, timer: SectionTimer) -> None:
+        super().__init__()
+        self.timer = timer
+        self.last_step: Mark | None = None
 
-    def wrap(self, function: Callable, section: str) -> Callable:
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            self._stack.append([time.perf_counter(), 0.0])
-            try:
-                return function(*args, **kwargs)
-            finally:
-                start, inner = self._stack.pop()
-                elapsed = time.perf_counter() - start
-                self.seconds[section] += elapsed - inner
-                self.calls[section] += 1
-                if self._stack:
-                    self._stack[-1][1] += elapsed
+    def _on_step(self) -> bool:
+        self.last_step = self.timer.mark()
+        return True
 
-        return timed
+    def _on_rollout_end(self) -> None:
+        assert self.last_step is not None, "on_rollout_end before any on_step"
+        self.timer.add_since(self.last_step, "rollout_buffer")
+
+
+def timed_hooks(model: Any) -> list[tuple[Any, str, str]]:
+    """The public methods behind each section of ``model``'s iteration, as ``(owner, method, section)``."""
+    hooks: list[tuple[Any, str, str]] = [
+        (PPO, "train", "epochs"),
+        (OnPolicyAlgorithm, "collect_rollouts", "collection"),
+        (TrainingBatch, "from_segment", "tensor_building"),
+    ]
+    if isinstance(model, PTRPPO):
+        hooks += [(model, "train", "replay_steps"), (TrainingBatch, "bootstrap_values", "scoring")]
+        hooks += [(ptr_ppo_module, "evaluate_in_chunks", "scoring")]
+        hooks += [(model.replay_memory, name, "memory") for name in ("add", "get", "sample", "update_priorities")]
+    if isinstance(model, PPOAMBER):  # its train() is its epochs (it does not call PPO.train)
+        hooks += [(model, "train", "epochs"), (model, "replay_ratios_and_kl", "scoring")]
+        hooks += [(StoredBatch, "from_rollout_buffer", "memory"), (model.replay_memory, "add", "memory")]
+    return hooks
+
+
+def required_sections(model: Any) -> list[str]:
+    """The sections every iteration of ``model`` runs: a hook behind one that never ran is no longer called."""
+    sections = ["collection", "epochs"]
+    if isinstance(model, SegmentLoopMixin):
+        sections.append("rollout_buffer")
+    if isinstance(model, PTRPPO):
+        sections += ["replay_steps", "memory"] + (["scoring"] if model.priority != "reward" or model.replay_rounds else [])
+    if isinstance(model, PPOAMBER):
+        sections += ["scoring", "memory"]
+    return sections
 
 
 @contextlib.contextmanager
-def timed_sections(model: Any, timer: SectionTimer) -> Iterator[None]:
-    """The model's sections wrapped with ``timer`` for the duration of the block."""
-    patches = [
-        mock.patch.object(PPO, "train", timer.wrap(PPO.train, "epochs")),
-        mock.patch.object(OnPolicyAlgorithm, "collect_rollouts", timer.wrap(OnPolicyAlgorithm.collect_rollouts, "collection")),
-        mock.patch.object(
-            TrainingBatch, "from_segment", classmethod(timer.wrap(TrainingBatch.from_segment.__func__, "tensor_building"))
-        ),
-    ]
-    if hasattr(model, "_make_collector"):
-        make_collector = model._make_collector
+def timed_collectors(model: SegmentLoopMixin, timer: SectionTimer) -> Iterator[None]:
+    """Each collector ``model.make_collector()`` builds in the block has its ``get_segment`` timed as collection."""
+    make_collector = model.make_collector
 
-        def make_timed_collector(*args: Any, **kwargs: Any) -> Any:
-            collector = make_collector(*args, **kwargs)
-            collector.get_segment = timer.wrap(collector.get_segment, "collection")
-            return collector
+    def make_timed_collector(*args: Any, **kwargs: Any) -> Collector:
+        collector = make_collector(*args, **kwargs)
+        collector.get_segment = timer.wrap(collector.get_segment, "collection")  # type: ignore[method-assign]
+        return collector
 
-        patches.append(mock.patch.object(model, "_make_collector", make_timed_collector))
-        patches.append(mock.patch.object(model, "_store_segment", timer.wrap(model._store_segment, "rollout_buffer")))
-    if hasattr(model, "_replay_round"):
-        memory = model.replay_memory
-        patches.append(mock.patch.object(model, "_replay_round", timer.wrap(model._replay_round, "replay_steps")))
-        patches.append(mock.patch.object(model, "_score_segments", timer.wrap(model._score_segments, "scoring")))
-        for name in ("add", "get", "sample", "update_priorities"):
-            patches.append(mock.patch.object(memory, name, timer.wrap(getattr(memory, name), "memory")))
-    if hasattr(model, "_replay_ratios_and_kl"):  # PPO-AMBER
-        patches.append(mock.patch.object(model, "_replay_ratios_and_kl", timer.wrap(model._replay_ratios_and_kl, "scoring")))
-        patches.append(mock.patch.object(model, "_store_rollout", timer.wrap(model._store_rollout, "memory")))
-    with contextlib.ExitStack() as stack:
-        for patch in patches:
-            stack.enter_context(patch)
+    with mock.patch.object(model, "make_collector", make_timed_collector):
+        yield
+
+
+@contextlib.contextmanager
+def counted_samples(memory: Any, counts: list[int]) -> Iterator[None]:
+    """The samples of every minibatch ``memory.minibatches`` yields in the block, appended to ``counts``."""
+    minibatches = memory.minibatches
+
+    def counted_minibatches(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        for minibatch in minibatches(*args, **kwargs):
+            counts.append(len(minibatch.actions))
+            yield minibatch
+
+    with mock.patch.object(memory, "minibatches", counted_minibatches):
         yield
 
 
@@ -127,39 +152,29 @@ def package_commit() -> str:
 
 def measure(algo: str, env_id: str, steps: int, seed: int, project_steps: int) -> dict[str, Any]:
     model = build_model(algo, env_id, seed)
+    if not isinstance(model, PPO):
+        model.env.close()
+        raise ValueError(f"{algo}: iteration_cost profiles PPO and the algorithms built on it (PTR-PPO, PPO-AMBER)")
     timer = SectionTimer()
-    iterations = 0
-
-    def counted_train(*args: Any, **kwargs: Any) -> Any:
-        nonlocal iterations
-        iterations += 1
-        return type(model).train(model, *args, **kwargs)  # looked up now: PPO.train is wrapped
-
-    amber = hasattr(model, "_replay_ratios_and_kl")
-    amber_samples = 0  # PPO-AMBER's sample-gradients: the samples of the minibatches it draws from its memory
-
-    def counted_minibatches(*args: Any, **kwargs: Any) -> Iterator[Any]:
-        nonlocal amber_samples
-        for minibatch in minibatches(*args, **kwargs):
-            amber_samples += len(minibatch.actions)
-            yield minibatch
-
-    patches = contextlib.ExitStack()
-    if amber:
-        minibatches = model.replay_memory.minibatches
-        patches.enter_context(mock.patch.object(model.replay_memory, "minibatches", counted_minibatches))
-    # PPO-AMBER's train() is its epochs (it does not call PPO.train); the others' train() calls PPO.train.
-    train_section = "epochs" if amber else "other"
-    with patches, timed_sections(model, timer), mock.patch.object(model, "train", timer.wrap(counted_train, train_section)):
-        start = time.perf_counter()
-        model.learn(steps)
-        total = time.perf_counter() - start
+    amber_samples: list[int] = []  # PPO-AMBER's sample-gradients: the samples of the minibatches it draws
+    segment_loop = isinstance(model, SegmentLoopMixin)
+    with contextlib.ExitStack() as hooks:
+        hooks.enter_context(timer.patched(*timed_hooks(model)))
+        if segment_loop:
+            hooks.enter_context(timed_collectors(model, timer))
+        if isinstance(model, PPOAMBER):
+            hooks.enter_context(counted_samples(model.replay_memory, amber_samples))
+        with timer.section("other"):  # learn()'s own time: what the sections inside leave
+            model.learn(steps, callback=StorageClock(timer) if segment_loop else None)
     model.env.close()
-    accounted = sum(seconds for section, seconds in timer.seconds.items() if section in SECTIONS and section != "other")
-    section_seconds = {section: timer.seconds.get(section, 0.0) for section in SECTIONS}
-    section_seconds["other"] = total - accounted
-    fresh_samples = amber_samples if amber else iterations * model.n_epochs * model.n_steps * model.n_envs
-    replay_samples = getattr(model, "replayed_segments", 0) * model.n_steps
+    timer.require(*required_sections(model))
+    iterations = timer.calls("epochs")  # one train() per iteration
+    section_seconds = {section: timer.seconds(section) for section in SECTIONS}
+    total = sum(section_seconds.values())
+    fresh_samples = (
+        sum(amber_samples) if isinstance(model, PPOAMBER) else iterations * model.n_epochs * model.n_steps * model.n_envs
+    )
+    replay_samples = model.replayed_segments * model.n_steps if isinstance(model, PTRPPO) else 0
     gradient_seconds = section_seconds["epochs"] + section_seconds["replay_steps"]
     sample_gradients = fresh_samples + replay_samples
     return {
