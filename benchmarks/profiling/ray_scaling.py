@@ -50,7 +50,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from benchmarks.output import machine_description, write_json
 from benchmarks.pool import sigterm_as_keyboard_interrupt
 from benchmarks.profiling.simulated_env import SimulatedEnv
-from benchmarks.profiling.timing import SectionTimer
+from benchmarks.profiling.timing import Mark, SectionTimer
 from sb3_impact import IMPACT
 from sb3_impact.common.collectors import SegmentSampler
 from sb3_impact.common.collectors.base import Collector, CollectorError, learner_threads_beside
@@ -150,6 +150,7 @@ class TrainingClock(BaseCallback):
     def __init__(self) -> None:
         super().__init__()
         self.timer = SectionTimer()
+        self.started: Mark | None = None
         self.start_steps = self.steps = 0
         self.seconds = 0.0
 
@@ -160,6 +161,7 @@ class TrainingClock(BaseCallback):
         return True
 
     def _on_training_end(self) -> None:
+        assert self.started is not None, "on_training_end before on_training_start"
         self.steps = self.num_timesteps - self.start_steps
         self.seconds = self.timer.add_since(self.started, "training").wall
 
@@ -223,7 +225,7 @@ def measure_collection(args: argparse.Namespace, n_workers: int) -> dict[str, fl
 def measure_learning(args: argparse.Namespace, n_workers: int) -> dict[str, float]:
     model = build_model(args, n_workers)
     clock = TrainingClock()
-    with clock.timer.section("learn") as learning:
+    with SectionTimer().section("learn") as learning:
         model.learn(args.learn_steps, callback=clock)
     stats = model.collector_stats
     per_worker = [value for key, value in stats.items() if key.startswith("worker_")]
@@ -245,7 +247,7 @@ def measure_ceiling(args: argparse.Namespace) -> dict[str, float]:
     threads = th.get_num_threads()
     th.set_num_threads(learner_threads(args))
     try:
-        with clock.timer.section("learn") as learning:
+        with SectionTimer().section("learn") as learning:
             model.learn(args.learn_steps, callback=clock)
     finally:
         th.set_num_threads(threads)
