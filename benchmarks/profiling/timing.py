@@ -70,8 +70,8 @@ class Mark:
 
     wall: float
     cpu: float
-    depth: int  # sections open at the mark
-    inner_wall: float  # seconds of the sections timed inside the enclosing one (or at the top) so far
+    enclosing: "OpenSection"  # the section open at the mark (or the top level)
+    inner_wall: float  # seconds of the sections timed inside it so far
     inner_cpu: float
 
 
@@ -191,15 +191,15 @@ class SectionTimer:
         return self.wrap(attribute, name)
 
     def mark(self) -> Mark:
-        """Now, to time a section from with :meth:`add_since` (at the same depth of open sections)."""
+        """Now, to time a section from with :meth:`add_since` (inside the same open section)."""
         enclosing = self._enclosing()
-        return Mark(time.perf_counter(), cpu_seconds(), len(self._open), enclosing.inner_wall, enclosing.inner_cpu)
+        return Mark(time.perf_counter(), cpu_seconds(), enclosing, enclosing.inner_wall, enclosing.inner_cpu)
 
     def add_since(self, mark: Mark, name: str) -> Timing:
         """Time from ``mark`` to now as section ``name`` (less the sections timed in between); its own timing."""
-        if mark.depth != len(self._open):
-            raise RuntimeError(f"section {name!r}: {len(self._open)} sections are open, {mark.depth} were at its mark")
         enclosing = self._enclosing()
+        if enclosing is not mark.enclosing:
+            raise RuntimeError(f"section {name!r}: the section open at its mark is no longer the innermost one")
         # The sections timed since the mark ran inside the enclosing one: their time is already its inner time.
         inner_wall, inner_cpu = enclosing.inner_wall - mark.inner_wall, enclosing.inner_cpu - mark.inner_cpu
         enclosing.inner_wall, enclosing.inner_cpu = mark.inner_wall, mark.inner_cpu
