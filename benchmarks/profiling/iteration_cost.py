@@ -19,10 +19,12 @@ whole ``learn()``. A wrapped method that no longer exists, or a section that nev
 - ``epochs``: SB3 PPO's ``train()``, the epochs on the fresh rollout (PTR-PPO's fresh update); PPO-AMBER's
   epochs over its active batches (its ``train()`` without the parts below);
 - ``replay_steps``: PTR-PPO's ``train()`` without the parts below: the forward and backward passes of the replay
-  minibatches, the importance weights, the loss (and the GAE of the scored segments);
-- ``scoring``: PTR-PPO's scoring passes (``evaluate_in_chunks`` and ``TrainingBatch.bootstrap_values``: insertion
-  priorities, and each round's old-policy, bootstrap and, for rounds of several minibatches, current-policy
-  evaluation); PPO-AMBER's replay ratios R' (eq. 10) and KL of every stored batch (``replay_ratios_and_kl``);
+  minibatches, the importance weights, the loss;
+- ``scoring``: PTR-PPO's scoring passes and their GAE (the functions ``evaluate_in_chunks``,
+  ``fold_truncation_bootstrap`` and ``gae_with_episode_ends`` it calls, and ``TrainingBatch.bootstrap_values``:
+  insertion priorities, and each round's old-policy, bootstrap and, for rounds of several minibatches,
+  current-policy evaluation); PPO-AMBER's replay ratios R' (eq. 10) and KL of every stored batch
+  (``replay_ratios_and_kl``);
 - ``tensor_building``: segments into learner tensors (``TrainingBatch.from_segment``);
 - ``memory``: PTR-PPO's priority memory (add, get, sample, priority updates); PPO-AMBER's copy of the rollout
   into its memory (``StoredBatch.from_rollout_buffer``, the memory's ``add``);
@@ -66,6 +68,8 @@ from sb3_impact.ppo_amber.memory import StoredBatch
 from sb3_impact.ptr_ppo import ptr_ppo as ptr_ppo_module
 
 SECTIONS = ("collection", "rollout_buffer", "epochs", "replay_steps", "scoring", "tensor_building", "memory", "other")
+# The functions PTR-PPO's module scores segments with (their forward passes and GAE): timed as scoring.
+SCORING_FUNCTIONS = ("evaluate_in_chunks", "fold_truncation_bootstrap", "gae_with_episode_ends")
 
 
 class StorageClock(BaseCallback):
@@ -97,7 +101,7 @@ def timed_hooks(model: Any) -> list[tuple[Any, str, str]]:
     ]
     if isinstance(model, PTRPPO):
         hooks += [(model, "train", "replay_steps"), (TrainingBatch, "bootstrap_values", "scoring")]
-        hooks += [(ptr_ppo_module, "evaluate_in_chunks", "scoring")]
+        hooks += [(ptr_ppo_module, name, "scoring") for name in SCORING_FUNCTIONS]
         hooks += [(model.replay_memory, name, "memory") for name in ("add", "get", "sample", "update_priorities")]
     if isinstance(model, PPOAMBER):  # its train() is its epochs (it does not call PPO.train)
         hooks += [(model, "train", "epochs"), (model, "replay_ratios_and_kl", "scoring")]
