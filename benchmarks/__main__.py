@@ -6,8 +6,9 @@ One entry point for the benchmark scripts: ``python -m benchmarks SUBCOMMAND [AR
     python -m benchmarks plot results/CartPole-v1.csv
     python -m benchmarks report results/*.json
 
-Each subcommand is the module of the same name (``python -m benchmarks.run`` still works); ``SUBCOMMAND -h``
-prints its options.
+Each subcommand is the module of the same name: ``benchmarks/NAME.py``, or ``benchmarks/profiling/NAME.py`` for
+the profilers (:data:`PROFILERS`); ``python -m benchmarks.run`` and ``python -m benchmarks.profiling.throughput``
+work too. ``SUBCOMMAND -h`` prints its options.
 """
 
 import importlib
@@ -25,6 +26,13 @@ SUBCOMMANDS = {
     "ppo_amber_cost": "PPO-AMBER's train() profiled against the number of active batches",
     "step_cost": "ms per env step outside training (collection, storage, callbacks) of V-RACER, SAC... side by side",
 }
+# The subcommands that live in benchmarks/profiling/: they time the package's parts through its public hooks.
+PROFILERS = ("throughput", "ray_scaling", "gradient_step_cost", "iteration_cost", "ppo_amber_cost", "step_cost")
+
+
+def module_name(subcommand: str) -> str:
+    """The module that runs ``subcommand``."""
+    return f"benchmarks.profiling.{subcommand}" if subcommand in PROFILERS else f"benchmarks.{subcommand}"
 
 
 def usage() -> str:
@@ -43,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     if name not in SUBCOMMANDS:
         raise SystemExit(f"error: unknown subcommand {name!r}\n\n{usage()}")
     sys.argv = [f"python -m benchmarks {name}", *rest]
-    importlib.import_module(f"benchmarks.{name}").main()  # each parses sys.argv
+    importlib.import_module(module_name(name)).main()  # each parses sys.argv
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ Markdown tables from the harness' JSON files, for docs/results.md.
 
 Learning summaries (``benchmarks.run``) give one table per env: per algo, the runs that reached the
 threshold, steps and wall seconds to it, ratios against the baseline and the final return, each as
-median [min, max] over seeds. Throughput reports (``benchmarks.throughput``) give one table together.
+median [min, max] over seeds. Throughput reports (``benchmarks.profiling.throughput``) give one table together.
 Every table carries the command that reproduces it, the machine and the date.
 
 With ``--across-envs`` the learning summaries give one table instead, a row per env (as a paper's table of

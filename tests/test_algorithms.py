@@ -221,7 +221,7 @@ def test_impact_target_network_updates_every_n_times_k():
 def test_loss_stays_finite_with_extreme_ratios(algo, kwargs):
     model = algo("MlpPolicy", "CartPole-v1", collector="sync", **kwargs, **SMALL)
     model.learn(32)
-    collector = model._make_collector()
+    collector = model.make_collector()
     segment = collector.get_segment()
     segment.behaviour_log_probs = np.where(np.arange(segment.size).reshape(segment.rewards.shape) % 2, -300.0, 50.0)
     model._on_learn_start(collector)
@@ -362,7 +362,7 @@ def _impala_trained_on_one_segment(**kwargs):
     env = make_vec_env("CartPole-v1", n_envs=2, seed=0, env_kwargs=dict(max_episode_steps=10))
     model = IMPALA("MlpPolicy", env, collector="sync", normalize_advantage=True, seed=0, **kwargs, **SMALL)
     model.learn(64)
-    collector = model._make_collector()
+    collector = model.make_collector()
     segment = collector.get_segment()
     collector.close()
     batch = TrainingBatch.from_segment(segment, model.device)

@@ -163,7 +163,7 @@ def test_report_renders_learning_and_throughput_tables(tmp_path):
     write_json(summary, tmp_path / "Env-v0.json")
     throughput = {"algo": "impact", "env": "Env-v0", "vec_env": "dummy", "collector": "thread", "batch_env_steps": 256}
     throughput.update(C_collect_seconds_per_batch=0.1, L_learn_seconds_per_batch=0.2, T_async_seconds_per_batch=0.25)
-    throughput.update(T_async_over_max_C_L=1.25, command="python -m benchmarks.throughput", machine=summary["machine"])
+    throughput.update(T_async_over_max_C_L=1.25, command="python -m benchmarks throughput", machine=summary["machine"])
     write_json(throughput, tmp_path / "throughput.json")
     markdown = render([tmp_path / "Env-v0.json", tmp_path / "throughput.json"])
     assert "| ppo | 2/2 | 3000 [2000, 4000] |" in markdown
@@ -633,7 +633,7 @@ def test_sigterm_is_a_keyboard_interrupt_inside_the_harness_and_restored_after()
 
 def test_iteration_cost_sections_add_up_and_count_sample_gradients(tmp_path, monkeypatch):
     """Every section of PTR-PPO's iteration is timed once (no double counting): the sections sum to learn()."""
-    from benchmarks import iteration_cost
+    from benchmarks.profiling import iteration_cost
 
     row = iteration_cost.measure(
         "ptr_ppo[n_steps=32,n_envs=2,batch_size=64,n_epochs=2,replay_rounds=2,replay_batch=2]", "CartPole-v1", 256, 0, 160_000
@@ -713,7 +713,7 @@ def test_recorders_write_each_runs_statistics_and_draw_them(tmp_path):
 
 
 def test_busy_processes_run_beside_the_block_and_none_is_left_after_it():
-    from benchmarks.throughput import busy_processes, cpu_seconds
+    from benchmarks.profiling.timing import busy_processes, cpu_seconds
 
     with pytest.raises(RuntimeError, match="inside"), busy_processes(2) as processes:
         assert len(processes) == 2 and all(process.poll() is None for process in processes)

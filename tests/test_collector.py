@@ -187,6 +187,17 @@ def test_sync_collector_collects_on_demand():
     collector.close()
 
 
+def test_a_collector_takes_each_segment_it_starts_from_the_step_budget():
+    collector = SyncCollector(make_sampler(n_steps=4))  # segments of 8 steps
+    collector.set_step_budget(12)
+    assert collector.take_budget() and collector.started_steps == 8 and not collector.budget_spent
+    assert collector.take_budget() and collector.budget_spent  # started below the budget: rounded up to a segment
+    assert not collector.take_budget() and collector.started_steps == 16  # spent: nothing more counted
+    with pytest.raises(CollectorError, match="step budget"):
+        collector.get_segment()
+    assert collector.sampled_steps == 0
+
+
 def test_circular_buffer_reuses_each_batch_k_times_in_turn():
     buffer = CircularBuffer(size=3, max_reuse=2)
     order, uses, arrivals = [], {}, 0

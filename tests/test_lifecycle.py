@@ -14,7 +14,8 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import DummyVecEnv, VecEnvWrapper, VecNormalize
 
-from sb3_impact.common.collectors import CollectorError
+from sb3_impact import IMPACT
+from sb3_impact.common.collectors import CollectorError, SyncCollector
 
 from .algorithms import (
     ALGO_COLLECTOR,
@@ -132,6 +133,34 @@ def test_the_envs_step_exactly_what_num_timesteps_counts(algo, collector):
     if algo in COLLECTING:
         assert model.dropped_steps == 0 and model.sampled_steps == model.trained_steps == model.num_timesteps - first
     assert_nothing_running()
+
+
+class SlowBroadcasts(SyncCollector):
+    """The "sync" collector, whose every broadcast counts half a second; the class counts the last one's broadcasts."""
+
+    broadcasts = 0
+
+    def __init__(self, sampler) -> None:
+        super().__init__(sampler)
+        SlowBroadcasts.broadcasts = 0
+
+    def broadcast(self, state_dict, version) -> None:
+        super().broadcast(state_dict, version)
+        self.broadcast_seconds += 0.5
+        SlowBroadcasts.broadcasts += 1
+
+
+def test_broadcast_seconds_are_the_last_learn_calls_time_spent_handing_weights_to_the_collector():
+    model = IMPACT("MlpPolicy", "CartPole-v1", collector=SlowBroadcasts, n_steps=16, device="cpu", seed=0)
+    assert model.broadcast_seconds == 0.0
+    model.learn(64)
+    assert SlowBroadcasts.broadcasts > 0 and model.broadcast_seconds == 0.5 * SlowBroadcasts.broadcasts
+    model.learn(32, reset_num_timesteps=False)
+    assert model.broadcast_seconds == 0.5 * SlowBroadcasts.broadcasts  # this call's, not the sum of both
+    model = IMPACT("MlpPolicy", "CartPole-v1", collector="thread", n_steps=16, device="cpu", seed=0)
+    start = time.perf_counter()
+    model.learn(64)
+    assert 0.0 < model.broadcast_seconds < time.perf_counter() - start  # copies of the weights for the thread
 
 
 @pytest.fixture(scope="module")

@@ -30,8 +30,9 @@ def gaussian_density(action: np.ndarray, mean: np.ndarray, std: np.ndarray) -> f
 def test_replay_ratios_match_a_per_sample_reference_from_the_paper():
     """R'_l (eq. 10) from the raw Gaussian densities pi(a|s) and mu(a|s), one sample at a time."""
     model = PPOAMBER("MlpPolicy", "Pendulum-v1", replay_length=3, seed=0, **SMALL).learn(3 * 32)
-    ratios, _ = model._replay_ratios_and_kl()
+    ratios, kls = model.replay_ratios_and_kl()
     assert len(ratios) == 3 and ratios[0] == 1.0
+    assert len(kls) == 3 and kls[0] == 0.0 and min(kls[1:]) > 0.0  # the older batches' policies differ from pi
     for index in (1, 2):
         batch = model.replay_memory[index]
         terms = []

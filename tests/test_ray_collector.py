@@ -2,6 +2,7 @@
 
 import functools
 import logging
+import os
 import subprocess
 import sys
 import threading
@@ -166,6 +167,23 @@ def test_impact_learns_cartpole_with_ray_workers(local_ray):
     assert stats["worker_0_steps_per_s"] > 0 and stats["worker_1_steps_per_s"] > 0
     # one ray.put per broadcast at most (a broadcast per gradient step)
     assert 0 < stats["weight_puts"] <= model._n_updates
+    assert wait_until_no_workers(local_ray) == []
+
+
+def test_worker_stats_give_each_workers_process_and_delivered_steps(local_ray):
+    model = IMPACT("MlpPolicy", "CartPole-v1", collector="ray", collector_kwargs=dict(num_workers=2), **SMALL)
+    collector = model.make_collector()  # outside learn(): no step budget, started and closed here
+    collector.start()
+    try:
+        for _ in range(6):
+            collector.get_segment()
+        workers = collector.worker_stats()
+    finally:
+        collector.close()
+    assert [worker.index for worker in workers] == [0, 1]
+    assert sum(worker.delivered_steps for worker in workers) == collector.delivered_steps == 6 * 16
+    assert len({worker.pid for worker in workers}) == 2 and os.getpid() not in {worker.pid for worker in workers}
+    assert [worker.node_id for worker in workers] == collector.worker_nodes
     assert wait_until_no_workers(local_ray) == []
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from stable_baselines3.common.callbacks import BaseCallback
 
-from benchmarks.throughput import busy_processes
+from benchmarks.profiling.timing import busy_processes
 from sb3_impact import IMPACT
 
 SMALL = dict(n_steps=16, policy_kwargs=dict(net_arch=[16]), device="cpu")

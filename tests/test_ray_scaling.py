@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from benchmarks import ray_scaling
-from benchmarks.simulated_env import SimulatedEnv
+from benchmarks.profiling import ray_scaling
+from benchmarks.profiling.simulated_env import SimulatedEnv
 from sb3_impact import IMPACT
 
 

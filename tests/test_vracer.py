@@ -939,7 +939,7 @@ def test_softsign_without_gradient_gives_the_autograd_functions_values():
 def test_the_values_recorded_with_each_action_are_the_learners_and_fill_the_memory():
     """One forward pass per step: V(s_t) comes with the action when no update came between; the memory gets them."""
     model = VRACER("MlpPolicy", "Pendulum-v1", learning_starts=10**6, buffer_size=1000, seed=0, device="cpu")
-    collector = model._make_collector()
+    collector = model.make_collector()
     segment = collector.get_segment()
     recorded = segment.extras["behaviour_values"]
     assert recorded.shape == (segment.n_steps, segment.n_envs)

@@ -10,8 +10,9 @@ python -m benchmarks ray_scaling --workers 1 2 4 8 16 --step-sleep 0.005 --n-ste
     --learn-steps 20000 --repeats 2 --out "$OUT/scaling_sleep5ms"
 
 # What the two cuts of a worker's cost did (ray_collector.md, "What the two cuts did"): the collector alone at 1 and
-# 16 workers, 3 interleaved repeats, each sampler in a worktree of its commit with this benchmark script copied in:
-# before = 70a000f, checks_off = 6abae79 (torch.distributions' checks off in workers), shortcut = c0da69d.
+# 16 workers, 3 interleaved repeats, each sampler in a worktree of its commit with this benchmark script copied in
+# as it was before it moved to benchmarks/profiling/ (commit d807ac2: the imports and collector calls those commits
+# have): before = 70a000f, checks_off = 6abae79 (torch.distributions' checks off in workers), shortcut = c0da69d.
 OUT_ABS=$(realpath -m "$OUT")
 for repeat in 1 2 3; do
     for version in before:70a000f checks_off:6abae79 shortcut:c0da69d; do
@@ -19,7 +20,7 @@ for repeat in 1 2 3; do
         tree="$OUT_ABS/trees/$name"
         if [ ! -d "$tree" ]; then
             git worktree add -f --detach "$tree" "${version#*:}"
-            cp benchmarks/ray_scaling.py "$tree/benchmarks/ray_scaling.py"
+            git show d807ac2:benchmarks/ray_scaling.py >"$tree/benchmarks/ray_scaling.py"
         fi
         (cd "$tree" && PYTHONPATH="$tree" python -m benchmarks ray_scaling --workers 1 16 --modes collect \
             --step-sleep 0.005 --n-steps 64 --seconds 20 --repeats 1 --out "$OUT_ABS/scaling_cuts/$name/r$repeat")

@@ -76,7 +76,8 @@ class SegmentLoopMixin(ABC):
     (every ``log_interval`` segments); :meth:`_train_on_segment`; the broadcast of the new weights. It stops
     once ``total_timesteps`` are counted, and the collector is given that many steps (rounded up to whole
     segments) as its budget, so the environments step what was counted. Counters: ``sampled = trained +
-    dropped`` once ``learn()`` has returned (dropped: collected, not trained on, e.g. after a callback stop).
+    dropped`` once ``learn()`` has returned (dropped: collected, not trained on, e.g. after a callback stop), and
+    ``broadcast_seconds``, the learner's time spent handing its weights to the collector in that call.
     """
 
     #: Collector options this algorithm sets unless ``collector_kwargs`` does, per collector name.
@@ -114,6 +115,7 @@ class SegmentLoopMixin(ABC):
         self.sampled_steps = 0
         self.trained_steps = 0
         self.dropped_steps = 0
+        self.broadcast_seconds = 0.0  # learner time spent handing its weights to the collector
         self.collector_stats: dict[str, float] = {}
         self._collector: Collector | None = None
         self._policy_lags: list[float] = []
@@ -177,8 +179,12 @@ class SegmentLoopMixin(ABC):
 
     # ------------------------------------------------------------------ the collector
 
-    def _make_collector(self, segment_steps: int | None = None, env: VecEnv | None = None) -> Collector:
-        """The collector of one learn() call (``segment_steps`` vector steps a segment; default the algorithm's)."""
+    def make_collector(self, segment_steps: int | None = None, env: VecEnv | None = None) -> Collector:
+        """
+        The collector a ``learn()`` call starts, built from ``collector`` and ``collector_kwargs``, not started
+        (``segment_steps`` vector steps a segment, default the algorithm's; ``env``, default the algorithm's). Built
+        outside ``learn()`` it has no step budget; its caller starts and closes it.
+        """
         env = self.env if env is None else env
         assert env is not None
         if self._last_obs is None:
@@ -209,7 +215,7 @@ class SegmentLoopMixin(ABC):
         exception, Ctrl-C or a callback stop. Leaves the counters and ``_last_obs`` as the collector left them.
         """
         assert self.env is not None
-        collector = self._make_collector()
+        collector = self.make_collector()
         collector.set_step_budget(step_budget)
         self._collector = collector
         self.trained_steps = 0
@@ -234,7 +240,7 @@ class SegmentLoopMixin(ABC):
                 self._last_episode_starts = collector.sampler.episode_starts
             self.sampled_steps = collector.sampled_steps
             self.dropped_steps = self.sampled_steps - self.trained_steps
-            self._broadcast_seconds = collector.broadcast_seconds
+            self.broadcast_seconds = collector.broadcast_seconds
             self.collector_stats = collector.stats()
             if failed:
                 close_env_after_failure(self.env)

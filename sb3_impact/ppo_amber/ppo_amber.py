@@ -232,8 +232,11 @@ class PPOAMBER(SegmentPPO):
         assert self.replay_memory is not None
         self.replay_memory.add(StoredBatch.from_rollout_buffer(self.rollout_buffer))
 
-    def _replay_ratios_and_kl(self) -> tuple[list[float], list[float]]:
-        """R' (eq. 10) and mean KL(mu_l || pi) of every stored batch with the current policy, newest first."""
+    def replay_ratios_and_kl(self) -> tuple[list[float], list[float]]:
+        """
+        R' (eq. 10) and mean KL(mu_l || pi) of every stored batch with the current policy, newest first: what
+        ``train()`` selects the active batches by (``replay_ratios`` keeps its R').
+        """
         assert self.replay_memory is not None
         batches = list(self.replay_memory)
         # Synchronously, the newest batch was collected by the current policy: pi = mu exactly.
@@ -260,7 +263,7 @@ class PPOAMBER(SegmentPPO):
         assert self.replay_memory is not None
         self.policy.set_training_mode(False)
         self._store_rollout()
-        self.replay_ratios, replay_kls = self._replay_ratios_and_kl()
+        self.replay_ratios, replay_kls = self.replay_ratios_and_kl()
         batch_drop_factor = self.batch_drop_factor(self._current_progress_remaining)  # type: ignore[operator]
         active = select_active_batches(self.replay_ratios, batch_drop_factor, self.adaptive)
         self.active_batches = len(active)

@@ -76,8 +76,11 @@ class Collector(ABC):
         """Start no segment once ``steps`` environment steps were started (None: no limit). Before :meth:`start`."""
         self.step_budget = None if steps is None else max(int(steps), 0)
 
-    def _take_budget(self) -> bool:
-        """Count a segment about to start against the budget; False (and nothing counted) when it is spent."""
+    def take_budget(self) -> bool:
+        """
+        Count a segment about to start against the budget; False (and nothing counted) when it is spent. A
+        collector calls it before it starts each segment.
+        """
         if self.step_budget is not None and self.started_steps >= self.step_budget:
             return False
         self.started_steps += self.segment_size
@@ -146,7 +149,7 @@ class SyncCollector(Collector):
         """Nothing runs in the background: each segment is collected inside :meth:`get_segment`."""
 
     def get_segment(self) -> Segment:
-        if not self._take_budget():
+        if not self.take_budget():
             raise CollectorError(f"the step budget of this learn() call ({self.step_budget} steps) is spent")
         try:
             segment = self.sampler.collect()

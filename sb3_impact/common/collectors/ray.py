@@ -154,7 +154,20 @@ class _WorkerSlot:
     version: int  # the weights version the actor has (or will have once its queued requests run)
     pending: list[Any] = field(default_factory=list)  # object refs of its requests, oldest first
     node_id: str | None = None
+    pid: int | None = None  # of the actor started first in the slot; None once it was replaced
     delivered_steps: int = 0
+
+
+@dataclass(frozen=True)
+class WorkerStats:
+    """One worker position of a :class:`RayCollector`, as :meth:`RayCollector.worker_stats` reads it."""
+
+    index: int
+    #: Ray node id and process id of the actor started first in this position (``pid`` is None once it was replaced).
+    node_id: str | None
+    pid: int | None
+    #: Environment steps of the segments this position delivered to the learner (its replacements' included).
+    delivered_steps: int
 
 
 class RayCollector(Collector):
@@ -292,6 +305,13 @@ class RayCollector(Collector):
         """Ray node id of each worker (of the first actor in each slot)."""
         return [slot.node_id for slot in self._slots]
 
+    def worker_stats(self) -> list[WorkerStats]:
+        """
+        Each worker position's node, process and delivered steps, read on the driver (no request to the workers):
+        what a benchmark needs to rate the workers apart and to read their processes' CPU time.
+        """
+        return [WorkerStats(slot.index, slot.node_id, slot.pid, slot.delivered_steps) for slot in self._slots]
+
     # ------------------------------------------------------------------ lifecycle
 
     def _init_ray(self) -> None:
@@ -341,7 +361,7 @@ class RayCollector(Collector):
             self._slots.append(_WorkerSlot(index, self._new_actor(index), self._initial_version))
         descriptions = self._describe_workers()
         for slot, description in zip(self._slots, descriptions, strict=True):
-            slot.node_id = description["node_id"]
+            slot.node_id, slot.pid = description["node_id"], description["pid"]
         self._check_spaces(descriptions[0])
         self._limit_learner_threads()
         for slot in self._slots:
@@ -465,7 +485,7 @@ class RayCollector(Collector):
         return self._weights_ref
 
     def _submit(self, slot: _WorkerSlot) -> None:
-        if not self._take_budget():  # learn() needs no more segments than those requested
+        if not self.take_budget():  # learn() needs no more segments than those requested
             return
         weights = self._weights_for(slot)
         ref = slot.actor.sample.remote(weights, self._version)
@@ -500,6 +520,7 @@ class RayCollector(Collector):
             stacklevel=3,
         )
         slot.actor = self._new_actor(slot.index)
+        slot.pid = None  # the replacement's process is not known to the driver
         slot.version = self._initial_version
         for _ in range(self.queue_size):
             self._submit(slot)

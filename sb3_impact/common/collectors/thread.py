@@ -63,7 +63,7 @@ class ThreadCollector(Collector):
             while not self._stop.is_set():
                 if not self._ahead.acquire(timeout=0.05):
                     continue
-                if not self._take_budget():  # learn() needs no more segments: a normal end
+                if not self.take_budget():  # learn() needs no more segments: a normal end
                     return
                 with self._weights_lock:
                     pending, self._pending_weights = self._pending_weights, None

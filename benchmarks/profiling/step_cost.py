@@ -20,7 +20,6 @@ into ``--out``.
 import argparse
 import csv
 import shlex
-import time
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +32,9 @@ from benchmarks.config import (
     split_variant,
     validate_names,
 )
-from benchmarks.iteration_cost import package_commit
 from benchmarks.output import machine_description, write_json
-from benchmarks.throughput import busy_processes, cpu_seconds
+from benchmarks.profiling.iteration_cost import package_commit
+from benchmarks.profiling.timing import SectionTimer, busy_processes
 
 WARM_UP_STEPS = 200
 # The algorithms whose learning_starts decides when the policy acts (before it, actions are uniform: SB3's rule).
@@ -64,12 +63,14 @@ def build(algo: str, env_id: str, seed: int, train: bool, defaults: bool) -> Any
     return model
 
 
-def timed_steps(model: Any, steps: int) -> tuple[float, float]:
-    """Wall and CPU milliseconds per env step of ``model.learn(steps)`` (continuing its counters)."""
-    start_wall, start_cpu, start_steps = time.perf_counter(), cpu_seconds(), model.num_timesteps
-    model.learn(steps, reset_num_timesteps=False)  # a process collector is joined inside: its CPU is counted
+def timed_steps(model: Any, steps: int, timer: SectionTimer, name: str) -> tuple[float, float]:
+    """Wall and CPU milliseconds per env step of ``model.learn(steps)`` (continuing its counters), timed as section
+    ``name`` of ``timer``."""
+    start_steps = model.num_timesteps
+    with timer.section(name) as learning:
+        model.learn(steps, reset_num_timesteps=False)  # a process collector is joined inside: its CPU is counted
     done = model.num_timesteps - start_steps
-    return (time.perf_counter() - start_wall) / done * 1e3, (cpu_seconds() - start_cpu) / done * 1e3
+    return learning.wall / done * 1e3, learning.cpu / done * 1e3
 
 
 def measure(
@@ -80,12 +81,13 @@ def measure(
         model.learn(WARM_UP_STEPS)
     conditions = ["idle", "busy"] if busy else ["idle"]
     samples: dict[tuple[str, str], list[tuple[float, float]]] = {(algo, c): [] for algo in algos for c in conditions}
+    timer = SectionTimer()
     for _ in range(repeats):  # interleaved: a change of load hits every algo alike
         for algo, model in models.items():
-            samples[algo, "idle"].append(timed_steps(model, steps))
+            samples[algo, "idle"].append(timed_steps(model, steps, timer, f"{algo} idle"))
             if busy:
                 with busy_processes(busy):
-                    samples[algo, "busy"].append(timed_steps(model, steps))
+                    samples[algo, "busy"].append(timed_steps(model, steps, timer, f"{algo} busy"))
     rows = []
     for algo in algos:
         row: dict[str, Any] = {"algo": algo, "env": env_id}

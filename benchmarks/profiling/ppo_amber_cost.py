@@ -3,49 +3,47 @@ PPO-AMBER's cost per iteration against the number of active batches.
 
     python -m benchmarks ppo_amber_cost --env HalfCheetah-v5 --replay-lengths 1 8 --iterations 3
 
-For each L, fills the replay memory (``adaptive=False``: all L batches active), then profiles ``train()`` over
-``--iterations`` iterations and prints the wall time per iteration and the cumulative time of its parts: the
-forward passes (``evaluate_actions``), the backward passes, minibatch assembly and R' of the stored batches.
+For each L, fills the replay memory (``adaptive=False``: all L batches active), then times ``train()`` over
+``--iterations`` iterations and prints the wall time per iteration and that of its parts, each timed through a
+public method: the forward passes (the policy's ``evaluate_actions``), the backward passes (``Tensor.backward``),
+minibatch assembly (the memory's ``minibatches``) and R' of the stored batches (``replay_ratios_and_kl``). A part's
+time is its own (R' does its forward passes without ``evaluate_actions``); the rest of ``train()`` is the loss
+and the optimiser.
 """
 
 import argparse
-import cProfile
-import pstats
-import time
 
 import torch as th
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecNormalize
 
+from benchmarks.profiling.timing import SectionTimer
 from sb3_impact import PPOAMBER
 
-PARTS = {
-    "forward": "evaluate_actions",
-    "backward": "run_backward",
-    "minibatch assembly": "minibatches",
-    "R' of stored batches": "_replay_ratios_and_kl",
-}
+PARTS = ("forward", "backward", "minibatch assembly", "R' of stored batches")
 
 
 def profile(env_id: str, replay_length: int, iterations: int, n_steps: int, seed: int) -> dict[str, float]:
+    """Seconds per iteration of ``train()`` and of each of :data:`PARTS` (which run inside it)."""
     env = VecNormalize(make_vec_env(env_id, n_envs=1, seed=seed))
     model = PPOAMBER("MlpPolicy", env, n_steps=n_steps, replay_length=replay_length, adaptive=False, seed=seed)
     model.learn(n_steps * replay_length)  # fill the memory
-    train, profiler, seconds = model.train, cProfile.Profile(), []
-
-    def profiled_train() -> None:
-        start = time.perf_counter()
-        profiler.enable()
-        train()
-        profiler.disable()
-        seconds.append(time.perf_counter() - start)
-
-    model.train = profiled_train  # type: ignore[method-assign]
-    model.learn(n_steps * iterations, reset_num_timesteps=False)
-    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
-    row = {"train()": sum(seconds) / len(seconds)}
-    for part, function in PARTS.items():
-        row[part] = sum(entry[3] for key, entry in stats.items() if function in key[2]) / len(seconds)
+    assert model.replay_memory is not None
+    timer = SectionTimer()
+    hooks = [
+        (model, "train", "train()"),
+        (model.policy, "evaluate_actions", "forward"),
+        (th.Tensor, "backward", "backward"),
+        (model.replay_memory, "minibatches", "minibatch assembly"),
+        (model, "replay_ratios_and_kl", "R' of stored batches"),
+    ]
+    with timer.patched(*hooks):
+        model.learn(n_steps * iterations, reset_num_timesteps=False)
+    env.close()
+    timer.require("train()", *PARTS)
+    done = timer.calls("train()")
+    row = {"train()": sum(timer.seconds(name) for name in ("train()", *PARTS)) / done}  # its own time and its parts'
+    row.update({part: timer.seconds(part) / done for part in PARTS})
     return row
 
 

@@ -1,7 +1,7 @@
 """
 Collection/learning overlap of an asynchronous algorithm, with its zoo hyperparameters.
 
-    python -m benchmarks.throughput --algo impact --env CartPole-v1 --batches 200
+    python -m benchmarks throughput --algo impact --env CartPole-v1 --batches 200
 
 Measures, per batch (one collected segment of n_steps x n_envs environment steps):
 - C: pure collection time (the sampler alone, no learning);
@@ -17,15 +17,8 @@ the measurements that finished and stops the busy processes).
 """
 
 import argparse
-import contextlib
 import csv
-import os
-import signal
-import subprocess
-import sys
 import tempfile
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -34,8 +27,10 @@ from tqdm.auto import tqdm
 
 from benchmarks.config import ALGOS, build_model, load_zoo_hyperparams, split_env_params, validate_names
 from benchmarks.output import machine_description, write_json
-from sb3_impact.common.collectors import COLLECTOR_NAMES
+from benchmarks.profiling.timing import SectionTimer, Timing, busy_processes
+from sb3_impact.common.collectors import COLLECTOR_NAMES, CollectorError, SegmentSampler
 from sb3_impact.common.collectors.base import SyncCollector
+from sb3_impact.common.segments import Segment
 from sb3_impact.common.threads import learner_threads
 from sb3_impact.common.vtrace_actor_critic import VTraceActorCritic
 
@@ -45,14 +40,19 @@ ASYNC_COLLECTORS = tuple(name for name in COLLECTOR_NAMES if name != "sync")
 
 
 class PrecollectedCollector(SyncCollector):
-    """Hands out segments collected beforehand, so that learn() measures learning alone."""
+    """
+    Hands out ``segments`` collected beforehand, in order, so that learn() measures learning alone: an algorithm's
+    ``collector``, with ``collector_kwargs={"segments": segments}``.
+    """
 
-    def __init__(self, sampler, segments) -> None:
+    def __init__(self, sampler: SegmentSampler, segments: list[Segment]) -> None:
         super().__init__(sampler)
-        self._segments = list(segments)
+        self.segments = list(segments)
 
-    def get_segment(self):
-        segment = self._segments.pop(0)
+    def get_segment(self) -> Segment:
+        if not self.take_budget():
+            raise CollectorError(f"the step budget of this learn() call ({self.step_budget} steps) is spent")
+        segment = self.segments.pop(0)
         self.sampler.sampled_steps += segment.size
         self.delivered_steps += segment.size
         return segment
@@ -73,51 +73,21 @@ def build(algo: str, env_id: str, seed: int, device: str, subproc: bool = False,
     return model
 
 
-@contextlib.contextmanager
-def busy_processes(count: int) -> Iterator[list[subprocess.Popen]]:
-    """
-    ``count`` CPU-bound processes (a Python busy loop each, in a session of its own) for the length of the block,
-    then killed and reaped, on an error or Ctrl-C too. Their CPU time is not in :func:`cpu_seconds` measured inside
-    the block: they are reaped after it.
-    """
-    processes: list[subprocess.Popen] = []
-    try:
-        for _ in range(count):
-            processes.append(
-                subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True, stdin=subprocess.DEVNULL)
-            )
-        yield processes
-    finally:
-        for process in processes:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-        for process in processes:
-            process.wait()
-
-
-def cpu_seconds() -> float:
-    """CPU time of this process and of the children it has waited for (user + system)."""
-    times = os.times()
-    return times.user + times.system + times.children_user + times.children_system
-
-
-def per_thousand_steps(report: dict, name: str, wall: float, cpu: float, steps: int) -> None:
+def per_thousand_steps(report: dict, name: str, timing: Timing, steps: int) -> None:
     """Wall and CPU seconds per 1000 environment steps of measurement ``name``."""
-    report[f"{name}_wall_seconds_per_1k_steps"] = 1000 * wall / steps
-    report[f"{name}_cpu_seconds_per_1k_steps"] = 1000 * cpu / steps
+    report[f"{name}_wall_seconds_per_1k_steps"] = 1000 * timing.wall / steps
+    report[f"{name}_cpu_seconds_per_1k_steps"] = 1000 * timing.cpu / steps
 
 
-def timed_learn(model: VTraceActorCritic, n_batches: int) -> tuple[float, dict[str, list[float]]]:
-    """Seconds per batch of learn() over ``n_batches`` batches, and the logged train/ and collector/ columns (with
-    ``cpu_seconds``: the CPU time of the whole learn())."""
+def timed_learn(model: VTraceActorCritic, n_batches: int, timer: SectionTimer, name: str) -> dict[str, list[float]]:
+    """learn() over ``n_batches`` batches, timed as section ``name`` of ``timer``; the logged train/ and collector/
+    columns."""
     envs_per_segment = model.collector_kwargs.get("envs_per_worker", 1) if model.collector == "ray" else model.n_envs
     batch_size = model.n_steps * envs_per_segment
     with tempfile.TemporaryDirectory() as folder:
         model.set_logger(configure(folder, ["csv"]))
-        start, cpu_start = time.perf_counter(), cpu_seconds()
-        model.learn(n_batches * batch_size)
-        seconds = time.perf_counter() - start
-        cpu = cpu_seconds() - cpu_start
+        with timer.section(name):
+            model.learn(n_batches * batch_size)
         with open(Path(folder) / "progress.csv") as file:
             rows = list(csv.DictReader(file))
     columns: dict[str, list[float]] = {}
@@ -125,8 +95,7 @@ def timed_learn(model: VTraceActorCritic, n_batches: int) -> tuple[float, dict[s
         for key, value in row.items():
             if value not in ("", None):
                 columns.setdefault(key, []).append(float(value))
-    columns["cpu_seconds"] = [cpu]
-    return seconds / n_batches, columns
+    return columns
 
 
 def median_of_repeats(repeats: list[dict]) -> dict:
@@ -189,7 +158,7 @@ def main(argv: list[str] | None = None) -> None:
         "repeats": args.repeats,
         "learner_threads": args.learner_threads,
         "machine": machine_description(args.device),
-        "command": "python -m benchmarks.throughput "
+        "command": "python -m benchmarks throughput "
         f"--algo {args.algo} --env {args.env} --batches {args.batches} --vec-env {args.vec_env} --collector {args.collector}"
         + (f" --device {args.device}" if args.device != "cpu" else "")
         + (f" --workers {args.workers}" if args.workers else "")
@@ -224,27 +193,28 @@ def main(argv: list[str] | None = None) -> None:
 
 def measure(args: argparse.Namespace, report: dict, progress: tqdm, subproc: bool) -> None:
     """C, L, T_async and T_sync into ``report``, each with ``args.busy`` CPU-bound processes beside it."""
-    # C: the sampler alone.
+    timer = SectionTimer()
+    # C: the sampler alone, through the collector learn() would build (no step budget outside learn()).
     threads = {"learner_threads": args.learner_threads}
     model = build(args.algo, args.env, args.seed, args.device, subproc, **SYNC, **threads)
-    model._setup_learn(1, None, True, "throughput", False)
-    collector = model._make_collector()
+    collector = model.make_collector()
     report["batch_env_steps"] = model.n_steps * model.n_envs
-    with busy_processes(args.busy), learner_threads(model.learner_threads):  # the threads it has in learn()
-        start, cpu_start = time.perf_counter(), cpu_seconds()
+    steps = args.batches * report["batch_env_steps"]
+    collector.start()
+    with busy_processes(args.busy), learner_threads(model.learner_threads), timer.section("C"):  # learn()'s threads
         segments = [collector.get_segment() for _ in tqdm(range(args.batches), desc="collecting", leave=False)]
-        wall, cpu = time.perf_counter() - start, cpu_seconds() - cpu_start
-    report["C_collect_seconds_per_batch"] = wall / args.batches
-    per_thousand_steps(report, "C", wall, cpu, args.batches * report["batch_env_steps"])
+    collector.close()
+    report["C_collect_seconds_per_batch"] = timer.sections["C"].wall / args.batches
+    per_thousand_steps(report, "C", timer.sections["C"], steps)
     progress.update()
 
     # L: the learner alone, fed the same segments.
     progress.set_description("throughput: L")
-    model._make_collector = lambda *_, **__: PrecollectedCollector(collector.sampler, segments)  # type: ignore[method-assign]
+    model.collector, model.collector_kwargs = PrecollectedCollector, {"segments": segments}
     with busy_processes(args.busy):
-        report["L_learn_seconds_per_batch"], logs = timed_learn(model, args.batches)
-    steps = args.batches * report["batch_env_steps"]
-    per_thousand_steps(report, "L", report["L_learn_seconds_per_batch"] * args.batches, logs["cpu_seconds"][0], steps)
+        timed_learn(model, args.batches, timer, "L")
+    report["L_learn_seconds_per_batch"] = timer.sections["L"].wall / args.batches
+    per_thousand_steps(report, "L", timer.sections["L"], steps)
     model.env.close()
     progress.update()
 
@@ -255,11 +225,12 @@ def measure(args: argparse.Namespace, report: dict, progress: tqdm, subproc: boo
         options["collector_kwargs"] = {"num_workers": args.workers}
     async_model = build(args.algo, args.env, args.seed, args.device, subproc, **options, **threads)
     with busy_processes(args.busy):
-        async_seconds, async_logs = timed_learn(async_model, args.batches)
-    per_thousand_steps(report, "T_async", async_seconds * args.batches, async_logs["cpu_seconds"][0], steps)
+        async_logs = timed_learn(async_model, args.batches, timer, "T_async")
+    per_thousand_steps(report, "T_async", timer.sections["T_async"], steps)
     async_model.env.close()
+    async_seconds = timer.sections["T_async"].wall / args.batches
     report["T_async_seconds_per_batch"] = async_seconds
-    report["broadcast_share_of_learner_time"] = async_model._broadcast_seconds / (async_seconds * args.batches)
+    report["broadcast_share_of_learner_time"] = async_model.broadcast_seconds / timer.sections["T_async"].wall
     report["policy_lag_mean"] = float(np.mean(async_logs.get("train/policy_lag", [np.nan])))
     report["policy_lag_max"] = float(np.max(async_logs.get("train/policy_lag_max", [np.nan])))
     report["env_steps_per_second_async"] = report["batch_env_steps"] / async_seconds
@@ -270,8 +241,9 @@ def measure(args: argparse.Namespace, report: dict, progress: tqdm, subproc: boo
         args.algo, args.env, args.seed, args.device, subproc, collector="sync", collector_kwargs=None, **threads
     )
     with busy_processes(args.busy):
-        report["T_sync_seconds_per_batch"], sync_logs = timed_learn(sync_model, args.batches)
-    per_thousand_steps(report, "T_sync", report["T_sync_seconds_per_batch"] * args.batches, sync_logs["cpu_seconds"][0], steps)
+        timed_learn(sync_model, args.batches, timer, "T_sync")
+    report["T_sync_seconds_per_batch"] = timer.sections["T_sync"].wall / args.batches
+    per_thousand_steps(report, "T_sync", timer.sections["T_sync"], steps)
     sync_model.env.close()
     progress.update()
 

@@ -3,7 +3,7 @@ Scaling of the Ray collector with its number of workers, with the parts measured
 
     python -m benchmarks ray_scaling --workers 1 2 4 8 16 --step-sleep 0.005 --out results/ray_scaling
 
-The environment is :class:`benchmarks.simulated_env.SimulatedEnv` (``--env`` takes another id): each step
+The environment is :class:`benchmarks.profiling.simulated_env.SimulatedEnv` (``--env`` takes another id): each step
 waits ``--step-sleep`` seconds and keeps a core busy for ``--step-cpu`` seconds, with ``--obs-size`` float32
 entries, so one worker's environments allow at most ``envs_per_worker / (step_sleep + step_cpu)`` steps/s.
 Three measurements (``--modes``):
@@ -49,10 +49,12 @@ from stable_baselines3.common.env_util import make_vec_env
 
 from benchmarks.output import machine_description, write_json
 from benchmarks.pool import sigterm_as_keyboard_interrupt
-from benchmarks.simulated_env import SimulatedEnv
+from benchmarks.profiling.simulated_env import SimulatedEnv
+from benchmarks.profiling.timing import Mark, SectionTimer
 from sb3_impact import IMPACT
+from sb3_impact.common.collectors import SegmentSampler
 from sb3_impact.common.collectors.base import Collector, CollectorError, learner_threads_beside
-from sb3_impact.common.collectors.ray import cpus_taken
+from sb3_impact.common.collectors.ray import RayCollector, cpus_taken
 from sb3_impact.common.segments import Segment
 
 CSV_FIELDS = [
@@ -71,7 +73,7 @@ CSV_FIELDS = [
     "cpu_limit_steps_per_s",
     "repeats",
 ]
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def env_factory(args: argparse.Namespace) -> Any:
@@ -109,26 +111,26 @@ class ReplayedSegments(Collector):
 
     continues_episodes = False
 
-    def __init__(self, sampler: Any, recorded: int = 4) -> None:
+    def __init__(self, sampler: SegmentSampler, recorded: int = 4) -> None:
         super().__init__(sampler)
         self.recorded = recorded
-        self._segments: list[Segment] = []
-        self._version = sampler.policy_version
+        self.segments: list[Segment] = []
+        self.version = sampler.policy_version
 
     def start(self) -> None:
-        self._segments = [self.sampler.collect() for _ in range(self.recorded)]
+        self.segments = [self.sampler.collect() for _ in range(self.recorded)]
 
     def get_segment(self) -> Segment:
-        if not self._take_budget():
+        if not self.take_budget():
             raise CollectorError(f"the step budget of this learn() call ({self.step_budget} steps) is spent")
-        segment = self._segments[(self.delivered_steps // self.segment_size) % self.recorded]
+        segment = self.segments[(self.delivered_steps // self.segment_size) % self.recorded]
         copies = {
             name: np.copy(value)
             for name, value in vars(segment).items()
             if isinstance(value, np.ndarray) and name != "env_ids"
         }
         self.delivered_steps += segment.size
-        return dataclasses.replace(segment, **copies, policy_version=self._version, collect_seconds=0.0)
+        return dataclasses.replace(segment, **copies, policy_version=self.version, collect_seconds=0.0)
 
     @property
     def sampled_steps(self) -> int:
@@ -136,7 +138,7 @@ class ReplayedSegments(Collector):
         return self.delivered_steps
 
     def broadcast(self, state_dict: dict[str, th.Tensor], version: int) -> None:
-        self._version = version
+        self.version = version
 
     def close(self) -> None:
         """Nothing runs in the background."""
@@ -145,18 +147,30 @@ class ReplayedSegments(Collector):
 class TrainingClock(BaseCallback):
     """Environment steps and seconds from the moment the workers are running to the end of training."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.timer = SectionTimer()
+        self.started: Mark | None = None
+        self.start_steps = self.steps = 0
+        self.seconds = 0.0
+
     def _on_training_start(self) -> None:
-        self.start_steps, self.start = self.num_timesteps, time.perf_counter()
+        self.start_steps, self.started = self.num_timesteps, self.timer.mark()
 
     def _on_step(self) -> bool:
         return True
 
     def _on_training_end(self) -> None:
-        self.steps, self.seconds = self.num_timesteps - self.start_steps, time.perf_counter() - self.start
+        assert self.started is not None, "on_training_end before on_training_start"
+        self.steps = self.num_timesteps - self.start_steps
+        self.seconds = self.timer.add_since(self.started, "training").wall
 
 
-def process_cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process of this machine so far (``/proc/PID/stat``); NaN where unreadable."""
+def process_cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds of a process of this machine so far (``/proc/PID/stat``); NaN where unreadable or
+    unknown (None)."""
+    if pid is None:
+        return float("nan")
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
@@ -172,27 +186,29 @@ def learner_threads(args: argparse.Namespace) -> int:
 def measure_collection(args: argparse.Namespace, n_workers: int) -> dict[str, float]:
     """Steps/s the collector delivers to a driver that only takes segments, after every worker delivered some."""
     model = build_model(args, n_workers)
-    model._last_obs = model.env.reset()
-    collector = model._make_collector()  # no step budget: it collects until closed
+    collector = model.make_collector()  # no step budget: it collects until closed
+    assert isinstance(collector, RayCollector)
     collector.start()
     try:
         deadline = time.monotonic() + 600
-        while min(slot.delivered_steps for slot in collector._slots) < 2 * collector.segment_size:
+        while min(worker.delivered_steps for worker in collector.worker_stats()) < 2 * collector.segment_size:
             segment = collector.get_segment()
             if time.monotonic() > deadline:
                 raise RuntimeError("the workers did not all deliver within 600s")
         bytes_per_segment = len(pickle.dumps(segment, protocol=5))
-        worker_pids = [description["pid"] for description in collector._describe_workers()]
-        worker_steps = [slot.delivered_steps for slot in collector._slots]
+        before = collector.worker_stats()
         steps, segments, driver_seconds = collector.delivered_steps, collector.delivered_segments, collector.driver_seconds
-        worker_cpu = sum(process_cpu_seconds(pid) for pid in worker_pids)
-        start = time.perf_counter()
-        while time.perf_counter() - start < args.seconds:
-            collector.get_segment()
-        seconds = time.perf_counter() - start
-        worker_cpu = sum(process_cpu_seconds(pid) for pid in worker_pids) - worker_cpu
-        slots = collector._slots
-        per_worker = [(slot.delivered_steps - before) / seconds for slot, before in zip(slots, worker_steps, strict=True)]
+        worker_cpu = sum(process_cpu_seconds(worker.pid) for worker in before)
+        deadline = time.perf_counter() + args.seconds
+        with SectionTimer().section("collect") as collecting:
+            while time.perf_counter() < deadline:
+                collector.get_segment()
+        seconds = collecting.wall
+        worker_cpu = sum(process_cpu_seconds(worker.pid) for worker in collector.worker_stats()) - worker_cpu
+        per_worker = [
+            (after.delivered_steps - earlier.delivered_steps) / seconds
+            for after, earlier in zip(collector.worker_stats(), before, strict=True)
+        ]
         new_segments = collector.delivered_segments - segments
         return {
             "steps_per_s": (collector.delivered_steps - steps) / seconds,
@@ -209,9 +225,8 @@ def measure_collection(args: argparse.Namespace, n_workers: int) -> dict[str, fl
 def measure_learning(args: argparse.Namespace, n_workers: int) -> dict[str, float]:
     model = build_model(args, n_workers)
     clock = TrainingClock()
-    cpu = time.process_time()
-    model.learn(args.learn_steps, callback=clock)
-    cpu = time.process_time() - cpu
+    with SectionTimer().section("learn") as learning:
+        model.learn(args.learn_steps, callback=clock)
     stats = model.collector_stats
     per_worker = [value for key, value in stats.items() if key.startswith("worker_")]
     steps_per_s = clock.steps / clock.seconds
@@ -220,7 +235,7 @@ def measure_learning(args: argparse.Namespace, n_workers: int) -> dict[str, floa
         "segments_per_s": steps_per_s / (args.n_steps * args.envs_per_worker),
         "worker_steps_per_s_min": min(per_worker),
         "driver_ms_per_segment": stats.get("driver_ms_per_segment", float("nan")),
-        "learner_cpu_ms_per_step": 1e3 * cpu / model.num_timesteps,
+        "learner_cpu_ms_per_step": 1e3 * learning.cpu / model.num_timesteps,
     }
 
 
@@ -232,9 +247,8 @@ def measure_ceiling(args: argparse.Namespace) -> dict[str, float]:
     threads = th.get_num_threads()
     th.set_num_threads(learner_threads(args))
     try:
-        cpu = time.process_time()
-        model.learn(args.learn_steps, callback=clock)
-        cpu = time.process_time() - cpu
+        with SectionTimer().section("learn") as learning:
+            model.learn(args.learn_steps, callback=clock)
     finally:
         th.set_num_threads(threads)
     env.close()
@@ -242,7 +256,7 @@ def measure_ceiling(args: argparse.Namespace) -> dict[str, float]:
     return {
         "steps_per_s": steps_per_s,
         "segments_per_s": steps_per_s / (args.n_steps * args.envs_per_worker),
-        "learner_cpu_ms_per_step": 1e3 * cpu / model.num_timesteps,
+        "learner_cpu_ms_per_step": 1e3 * learning.cpu / model.num_timesteps,
     }
 
 

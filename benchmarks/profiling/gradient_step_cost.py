@@ -23,7 +23,6 @@ import argparse
 import contextlib
 import csv
 import shlex
-import time
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,7 @@ from benchmarks.config import (
     validate_names,
 )
 from benchmarks.output import machine_description, write_json
+from benchmarks.profiling.timing import SectionTimer
 
 OPTIONS = ("memory_steps", "steps", "warmup", "repeats", "seed", "torch_threads")
 
@@ -47,10 +47,10 @@ def matmul_gflops(size: int = 1024, repeats: int = 20) -> float:
     a, b = th.randn(size, size), th.randn(size, size)
     for _ in range(3):
         a @ b
-    start = time.perf_counter()
-    for _ in range(repeats):
-        a @ b
-    return 2 * size**3 * repeats / (time.perf_counter() - start) / 1e9
+    with SectionTimer().section("matmul") as products:
+        for _ in range(repeats):
+            a @ b
+    return 2 * size**3 * repeats / products.wall / 1e9
 
 
 def blas_threads(threads: int) -> contextlib.AbstractContextManager:
@@ -92,10 +92,11 @@ def measure(algo: str, env_id: str, args: argparse.Namespace, peak_gflops: float
     flops = flops_per_step(model, args.steps)
     model.train(gradient_steps=args.warmup, batch_size=model.batch_size)  # and compiles, if asked
     blocks = []
+    timer = SectionTimer()
     for _ in range(args.repeats):
-        start = time.perf_counter()
-        model.train(gradient_steps=args.steps, batch_size=model.batch_size)
-        blocks.append((time.perf_counter() - start) / args.steps * 1e3)
+        with timer.section("train") as block:
+            model.train(gradient_steps=args.steps, batch_size=model.batch_size)
+        blocks.append(block.wall / args.steps * 1e3)
     median = float(np.median(blocks))
     floor = flops / (peak_gflops * 1e9) * 1e3
     model.env.close()
