@@ -379,15 +379,19 @@ def test_benchmarks_entry_point_dispatches_to_the_subcommands(tmp_path):
 
 
 def test_every_benchmark_script_is_a_listed_subcommand():
-    """Each module of benchmarks/ with a main() is reachable as ``python -m benchmarks NAME`` and imports."""
+    """Each module of benchmarks/ and benchmarks/profiling/ with a main() is reachable as ``python -m benchmarks NAME``
+    and imports; the profilers are found in benchmarks/profiling/."""
     import importlib
 
-    from benchmarks.__main__ import SUBCOMMANDS
+    from benchmarks.__main__ import PROFILERS, SUBCOMMANDS, module_name
 
-    scripts = {path.stem for path in (REPO_ROOT / "benchmarks").glob("*.py") if "\ndef main(" in path.read_text()}
-    assert scripts - {"__main__"} == set(SUBCOMMANDS)
+    def scripts(folder: Path) -> set[str]:
+        return {path.stem for path in folder.glob("*.py") if "\ndef main(" in path.read_text()} - {"__main__"}
+
+    assert scripts(REPO_ROOT / "benchmarks" / "profiling") == set(PROFILERS)
+    assert scripts(REPO_ROOT / "benchmarks") | set(PROFILERS) == set(SUBCOMMANDS)
     for name in SUBCOMMANDS:
-        assert callable(importlib.import_module(f"benchmarks.{name}").main)
+        assert callable(importlib.import_module(module_name(name)).main)
 
 
 def process_group_leaders(pids: set[int]) -> set[int]:
