@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -147,14 +148,17 @@ def write_json(data: dict[str, Any], path: Path) -> None:
 
 def plot_median_band(axis: Any, runs: Sequence[tuple[Sequence[float], Sequence[float]]], label: str, color: Any = None) -> Any:
     """
-    One curve per group of runs on ``axis``: the median over runs of y against x, with a min/max band. A run ends
-    where its last point is (interpolated with right=nan), so a curve is the median of the runs still going.
-    Returns the curve's color.
+    One curve per group of runs on ``axis``: the median over runs of y against x, with a min/max band. A run spans
+    its first to its last point (nan outside), so a curve is the median of the runs there (a diagnostic logged
+    from the first training on starts there). Returns the curve's color.
     """
     grid = np.linspace(0, max(xs[-1] for xs, _ in runs), 100)
-    curves = np.array([np.interp(grid, xs, ys, right=np.nan) for xs, ys in runs])
-    (line,) = axis.plot(grid, np.nanmedian(curves, axis=0), label=label, color=color)
-    axis.fill_between(grid, np.nanmin(curves, axis=0), np.nanmax(curves, axis=0), alpha=0.2, color=line.get_color())
+    curves = np.array([np.interp(grid, xs, ys, left=np.nan, right=np.nan) for xs, ys in runs])
+    with warnings.catch_warnings():  # grid points that no run covers stay empty
+        warnings.simplefilter("ignore", RuntimeWarning)
+        median, low, high = np.nanmedian(curves, axis=0), np.nanmin(curves, axis=0), np.nanmax(curves, axis=0)
+    (line,) = axis.plot(grid, median, label=label, color=color)
+    axis.fill_between(grid, low, high, alpha=0.2, color=line.get_color())
     return line.get_color()
 
 
