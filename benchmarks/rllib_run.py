@@ -562,16 +562,13 @@ class ModulePolicy:
 
 
 def observation_filter(algo: Any) -> Any:
-    """The env runner's MeanStdFilter (RLlib's ``Filter``, called with ``update=False``), or None where it has none."""
+    """The env runner's MeanStdFilter as RLlib's ``Filter`` (call it with ``update=False``); KeyError where there is none."""
     from ray.rllib.utils.filter import MeanStdFilter, RunningStat
 
-    states = algo.env_runner_group.foreach_env_runner(
+    (state,) = algo.env_runner_group.foreach_env_runner(
         lambda runner: runner.get_state(components="env_to_module_connector"), local_env_runner=False
     )
-    state = states[0]["env_to_module_connector"].get("MeanStdFilter")
-    if state is None:
-        return None
-    (agent,) = state.values()
+    (agent,) = state["env_to_module_connector"]["MeanStdFilter"].values()
     filter_ = MeanStdFilter(
         agent["shape"], demean=agent["de_mean_to_zero"], destd=agent["de_std_to_one"], clip=agent["clip_by_value"]
     )

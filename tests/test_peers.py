@@ -320,15 +320,16 @@ def test_rllib_impala_runs_under_the_protocol(tmp_path):
 @pytest.mark.timeout(300)
 def test_rllib_appo_refreshes_its_target_and_is_evaluated_through_its_observation_filter(tmp_path):
     """APPO's HalfCheetah-v5 settings run: target refreshes counted, the MeanStdFilter's statistics in evaluation."""
-    budget = ["--max-seconds", "25", "--eval-seconds", "25", "--eval-episodes", "1"]
+    budget = ["--max-seconds", "40", "--eval-seconds", "40", "--eval-episodes", "1"]
     run_module.main(["--algos", "rllib_appo", "--env", "HalfCheetah-v5", "--seeds", "1", "--first-seed", "100",
                      *budget, "--out", str(tmp_path)])  # fmt: skip
     points = read_csv(tmp_path / "HalfCheetah-v5.csv")
     assert all(point.status == "ok" for point in points), points[-1].error
     last = read_rows(diagnostics_path(tmp_path, "HalfCheetah-v5", "rllib_appo", 100))[-1]
-    trained = float(last["learners/__all_modules__/num_env_steps_trained_lifetime"])
-    assert float(last["learners/default_policy/num_target_updates"]) >= 1 and trained >= 20480
-    assert "learners/default_policy/curr_kl_coeff" not in last or last["learners/default_policy/curr_kl_coeff"] == ""
+    assert int(last["counted/num_target_updates"]) >= 1 and int(last["counted/dropped_draws"]) >= 0
+    assert int(last["counted/draws"]) > int(last["counted/batches"]) > 0  # a batch is drawn up to K = 10 times
+    assert float(last["learners/__all_modules__/num_env_steps_trained_lifetime"]) > 0
+    assert np.isfinite(points[-1].eval_mean)
 
 
 @needs_rllib
