@@ -334,7 +334,7 @@ class LearnerCounters:
     """
     APPO's learner, counted where it works (in the driver: ``num_learners=0``), for what RLlib 2.60's result dict gets
     wrong or leaves out. ``counted/num_target_updates``: its target refreshes (the reported ``num_target_updates``
-    falls far behind them: 1 against 15 in a 180-s HalfCheetah run). ``counted/batches``, ``counted/draws`` and
+    falls far behind them: 2 against 18 in a 180-s HalfCheetah run). ``counted/batches``, ``counted/draws`` and
     ``counted/dropped_draws``: the batches put into its circular buffer, the draws it trained on, and the draws lost
     because a new batch pushed a batch out before its K draws (RLlib counts drops only for Prometheus, and only the
     first of the K slots a new batch evicts). Nothing for IMPALA, whose learner queue blocks instead of dropping.
