@@ -107,15 +107,19 @@ class DiagnosticsRecorder(Recorder):
         self.add_row(**row)
 
     def write(self, path: Path) -> None:
-        """The rows, with the union of their keys as columns (empty where a row lacks one)."""
-        columns: dict[str, None] = {}
-        for row in self.rows:
-            columns.update(dict.fromkeys(row))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "w", newline="") as file:
-            writer = csv.DictWriter(file, fieldnames=list(columns))
-            writer.writeheader()
-            writer.writerows(self.rows)
+        write_rows(path, self.rows)
+
+
+def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Diagnostics rows as a CSV, with the union of their keys as columns (empty where a row lacks one)."""
+    columns: dict[str, None] = {}
+    for row in rows:
+        columns.update(dict.fromkeys(row))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=list(columns))
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def diagnostics_path(out: Path, env_id: str, algo: str, seed: int) -> Path:

@@ -2,12 +2,14 @@
 The peers a user would pick instead of this package, run by the same runner as our algorithms: ``python -m
 benchmarks run --algos impact rllib_appo --env HalfCheetah-v5 ...`` (docs/results.md, "Peers").
 
-- ``rllib_appo``, ``rllib_impala``: RLlib's APPO and IMPALA (Ray 2.60), with the settings of
-  :data:`benchmarks.rllib_run.PEER_SETTINGS`. RLlib pins its own gymnasium, so a run goes to a subprocess started
-  with the Python of RLlib's virtual environment (``--peer-python``, default ``$SB3_IMPACT_PEER_PYTHON`` or
-  ``.venv-rllib/bin/python``; ``benchmarks/recipes/peers.sh`` makes it), which runs :mod:`benchmarks.rllib_run`.
-  Its points come back in the rows of :class:`benchmarks.output.EvalPoint`, so the same CSV/JSON, tables,
-  statistics and plots serve both.
+- ``rllib_appo``, ``rllib_impala``: RLlib's APPO and IMPALA (Ray 2.60) with our entry's adaptations for the task
+  carried over, on the same env as ours; ``rllib_appo_example``, ``rllib_impala_example``: with RLlib's tuned
+  example for it (:data:`benchmarks.rllib_run.PEER_SETTINGS`). RLlib pins its own gymnasium, so a run goes to a
+  subprocess started with the Python of RLlib's virtual environment (``--peer-python``, default
+  ``$SB3_IMPACT_PEER_PYTHON`` or ``.venv-rllib/bin/python``; ``benchmarks/recipes/peers.sh`` makes it), which runs
+  :mod:`benchmarks.rllib_run`. Its points come back in the rows of :class:`benchmarks.output.EvalPoint`, so the same
+  CSV/JSON, tables, statistics and plots serve both, and RLlib's own metrics at each point come back as the run's
+  diagnostics (``OUT/records/ENV/diagnostics/ALGO_seedN.csv``, as our runs' logger values).
 - Each peer run's record names its ``stack`` and carries its environment's package versions; the protocol compares
   a peer with our runs on the machine, the settings and the packages both environments have, except the ones the
   peer's stack pins itself (:data:`benchmarks.protocol.STACK_PACKAGES`).
@@ -63,9 +65,10 @@ def peer_software(python: str) -> dict[str, str | None]:
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
-def run_peer(spec: Any, python: str, torch_threads: int) -> list[dict[str, Any]]:
+def run_peer(spec: Any, python: str, torch_threads: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """
-    One peer run (a :class:`benchmarks.pool.RunSpec`) in the peers' environment; its points as ``EvalPoint`` fields.
+    One peer run (a :class:`benchmarks.pool.RunSpec`) in the peers' environment: its points as ``EvalPoint`` fields,
+    and its diagnostics rows (RLlib's metrics at each point, keyed by algo, seed and steps).
     The subprocess leads its own process group (Ray's processes join it); Ctrl-C or any exit here stops it: SIGINT,
     :data:`STOP_GRACE_SECONDS` for it to shut Ray down, then SIGKILL to the group. Raises ``RuntimeError`` with
     the end of its output when it fails.
@@ -101,7 +104,8 @@ def run_peer(spec: Any, python: str, torch_threads: int) -> list[dict[str, Any]]
         if returncode != 0 or not result_path.is_file():
             tail = log_path.read_text()[-3000:]
             raise RuntimeError(f"{spec.algo} exited with code {returncode}: {tail}")
-        return json.loads(result_path.read_text())["points"]
+        result = json.loads(result_path.read_text())
+        return result["points"], result["diagnostics"]
 
 
 def _wait_unreaped(process: subprocess.Popen, timeout: float | None = None) -> bool:

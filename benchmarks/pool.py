@@ -26,7 +26,7 @@ from stable_baselines3.common.vec_env import (
 from tqdm.auto import tqdm
 
 from benchmarks.config import algo_class, load_zoo_hyperparams, make_training_env, split_env_params
-from benchmarks.diagnostics import DiagnosticsRecorder
+from benchmarks.diagnostics import DiagnosticsRecorder, diagnostics_path, write_rows
 from benchmarks.output import EvalPoint, machine_id
 from benchmarks.peers import is_peer, run_peer
 from benchmarks.recorders import Recorder, record_path, recorders_for
@@ -176,7 +176,10 @@ def run_benchmark(spec: RunSpec) -> list[EvalPoint]:
     env = None
     try:
         if is_peer(spec.algo):  # in its own environment, with this process' PyTorch threads
-            return [EvalPoint(**point) for point in run_peer(spec, spec.peer_python, th.get_num_threads())]
+            points, diagnostics = run_peer(spec, spec.peer_python, th.get_num_threads())
+            if spec.record_dir:  # RLlib's metrics at each point, as our runs' diagnostics
+                write_rows(diagnostics_path(Path(spec.record_dir), spec.env_id, spec.algo, spec.seed), diagnostics)
+            return [EvalPoint(**point) for point in points]
         env_params, params = split_env_params(load_zoo_hyperparams(spec.algo, spec.env_id))
         wrappers = {"env_wrapper": env_params.get("env_wrapper"), "frame_stack": env_params.get("frame_stack")}
         normalize = env_params.get("normalize", False)

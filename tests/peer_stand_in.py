@@ -1,7 +1,8 @@
 """
 A stand-in for ``benchmarks.rllib_run`` in RLlib's environment (tests/test_peers.py): the same command line and
-files, with a made-up learning curve, the software of a separate environment (RLlib's gymnasium, no SB3), and the
-failures and hangs the runner must handle (``PEER_STAND_IN=fail|hang``).
+files, with a made-up learning curve and RLlib's metrics at each point (a few of its keys), the software of a
+separate environment (RLlib's gymnasium, no SB3), and the failures and hangs the runner must handle
+(``PEER_STAND_IN=fail|hang``).
 """
 
 import json
@@ -33,12 +34,15 @@ def main(argv: list[str]) -> None:
         Path(os.environ["PEER_STAND_IN_PIDS"]).write_text(f"{os.getpid()} {child.pid}")
         time.sleep(600)
     spec = json.loads(Path(argv[0]).read_text())
-    points = []
+    points, diagnostics = [], []
     for index, steps in enumerate(range(0, spec["steps"] + 1, spec["eval_freq"])):
-        point = {"algo": spec["algo"], "env": spec["env_id"], "seed": spec["seed"], "steps": steps}
-        point.update(wall_seconds=float(index), eval_mean=10.0 * index, eval_std=1.0, status="ok", error="")
-        points.append({**point, "device": "cpu", "machine": machine_id("cpu")})
-    Path(argv[1]).write_text(json.dumps({"points": points, "software": software(), "spec": spec}))
+        key = {"algo": spec["algo"], "seed": spec["seed"], "steps": steps}
+        point = {**key, "env": spec["env_id"], "wall_seconds": float(index), "eval_mean": 10.0 * index, "eval_std": 1.0}
+        points.append({**point, "status": "ok", "error": "", "device": "cpu", "machine": machine_id("cpu")})
+        learned = {"env_runners/episode_return_mean": 9.0 * index, "learners/default_policy/num_target_updates": index}
+        diagnostics.append({**key, **(learned if index else {})})
+    result = {"points": points, "diagnostics": diagnostics, "software": software(), "spec": spec}
+    Path(argv[1]).write_text(json.dumps(result))
 
 
 if __name__ == "__main__":

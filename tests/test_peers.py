@@ -1,28 +1,45 @@
 """
 The peers (RLlib's APPO and IMPALA) through the benchmark runner: their runs go to RLlib's own environment and come
-back as rows and records of the same tables; the protocol compares them with ours on the machine, the settings and
-the packages both environments have. RLlib itself runs only where its environment exists (benchmarks/recipes/
-peers.sh); elsewhere a stand-in with the same command line (tests/peer_stand_in.py) plays it.
+back as rows, records and diagnostics of the same tables; the protocol compares them with ours on the machine, the
+settings and the packages both environments have; their settings carry our entries' adaptations over, and their env
+is ours. RLlib itself runs only where its environment exists (benchmarks/recipes/peers.sh); elsewhere a stand-in
+with the same command line (tests/peer_stand_in.py) plays it.
 """
 
+import csv
 import json
 import os
 import signal
 import stat
+import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from benchmarks import peers
 from benchmarks import run as run_module
+from benchmarks.config import load_zoo_hyperparams, make_training_env
+from benchmarks.diagnostics import diagnostics_path
 from benchmarks.output import machine_description, read_csv
 from benchmarks.pool import RunSpec
 from benchmarks.protocol import ProtocolError, check_comparison, read_run_records
-from benchmarks.rllib_run import PEER_SETTINGS
+from benchmarks.rllib_run import (
+    PEER_SETTINGS,
+    RESULT_KEYS,
+    STACKED_FRAMES,
+    ResultLog,
+    evaluation_env,
+    sb3_wrapper,
+    training_env,
+)
 from tests.test_tables import record
+
+HAS_RLLIB = Path(peers.peer_python()).is_file()
+needs_rllib = pytest.mark.skipif(not HAS_RLLIB, reason="needs RLlib's environment: benchmarks/recipes/peers.sh")
 
 
 def stand_in_python(tmp_path: Path) -> str:
@@ -53,10 +70,139 @@ def test_a_peer_is_compared_on_the_machine_the_settings_and_the_packages_both_en
 
 
 def test_every_peer_setting_names_its_source_and_only_config_sections():
+    """The default specs carry our entries over on our env; each earlier table's RLlib example stays as ``*_example``."""
     sections = {"env_runners", "learners", "training", "rl_module"}
     for (algo, env_id), settings in PEER_SETTINGS.items():
-        assert algo in peers.PEER_ALGOS and "rllib/tuned_examples/" in settings["source"], (algo, env_id)
-        assert set(settings["config"]) <= sections, (algo, env_id)
+        assert algo in peers.PEER_ALGOS and set(settings["config"]) <= sections, (algo, env_id)
+        if algo.endswith("_example"):
+            assert "rllib/tuned_examples/" in settings["source"] and settings["env"] == "rllib", (algo, env_id)
+            assert (algo.removesuffix("_example"), env_id) in PEER_SETTINGS, (algo, env_id)
+        else:
+            assert "sb3_impact/hyperparams/" in settings["source"] and settings["env"] == "sb3", (algo, env_id)
+            assert settings.get("frame_stack", "connector") == "connector", (algo, env_id)  # VecFrameStack's stacking
+
+
+def learning_rate(params: dict) -> float:
+    rate = params["learning_rate"]
+    return rate(1.0) if callable(rate) else rate
+
+
+@pytest.mark.parametrize("env_id", ["HalfCheetah-v5", "BreakoutNoFrameskip-v4"])
+def test_rllib_appo_carries_impacts_entry_over(env_id):
+    """Batch, minibatch, N, K, target refresh, discount, clipping, rates, no KL term, networks: IMPACT's entry's."""
+    ours = load_zoo_hyperparams("impact", env_id)
+    settings = PEER_SETTINGS[("rllib_appo", env_id)]
+    runners, training = settings["config"]["env_runners"], settings["config"]["training"]
+    model = settings["config"]["rl_module"]["model_config"]
+    batch = ours["n_envs"] * ours["n_steps"]
+    assert runners["num_envs_per_env_runner"] * runners["rollout_fragment_length"] == batch
+    assert training["train_batch_size_per_learner"] == batch
+    assert training.get("minibatch_size") == ours.get("batch_size")  # None: the whole batch, one step per draw
+    assert training["circular_buffer_num_batches"] == ours["circular_buffer_size"]
+    assert training["circular_buffer_iterations_per_batch"] == ours["max_batch_reuse"]
+    # RLlib refreshes the target after freq x N x K x batch trained samples; IMPACT after N x K draws of a batch.
+    refresh = training["target_network_update_freq"] * batch * ours["circular_buffer_size"] * ours["max_batch_reuse"]
+    assert refresh == ours["circular_buffer_size"] * ours["max_batch_reuse"] * batch
+    assert training["clip_param"] == ours["clip_range"] and training["gamma"] == ours["gamma"]
+    assert training["lr"] == learning_rate(ours) and training["grad_clip"] == ours["max_grad_norm"]
+    assert training["grad_clip_by"] == "global_norm" and training["target_worker_clipping"] == ours["target_worker_clip"]
+    assert training["vf_loss_coeff"] == ours["vf_coef"] and training["entropy_coeff"] == ours["ent_coef"]
+    assert training["use_kl_loss"] is False and ours.get("kl_coef", 0.0) == 0.0
+    assert settings.get("observation_filter", False) == settings.get("normalize_reward", False) == ours.get("normalize", False)
+    if "policy_kwargs" in ours:  # separate 256x256 ReLU policy and value networks
+        arch = ours["policy_kwargs"]["net_arch"]
+        assert model["vf_share_layers"] is False and model["fcnet_hiddens"] == arch["pi"] == arch["vf"]
+        assert model["fcnet_activation"] == "relu"
+    else:  # the CnnPolicy's NatureCNN, shared
+        assert model["vf_share_layers"] is True and model["conv_filters"][0] == [32, 8, 4, "valid"]
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "BreakoutNoFrameskip-v4"])
+def test_rllib_impala_carries_impalas_entry_over(env_id):
+    ours = load_zoo_hyperparams("impala", env_id)
+    settings = PEER_SETTINGS[("rllib_impala", env_id)]
+    runners, training = settings["config"]["env_runners"], settings["config"]["training"]
+    batch = ours["n_envs"] * ours["n_steps"]
+    assert runners["num_envs_per_env_runner"] * runners["rollout_fragment_length"] == batch
+    assert training["train_batch_size_per_learner"] == batch and training["gamma"] == ours["gamma"]
+    assert training["lr"] == learning_rate(ours) and training["grad_clip"] == ours["max_grad_norm"]
+    assert training["vf_loss_coeff"] == ours.get("vf_coef", 0.5) and training["entropy_coeff"] == ours["ent_coef"]
+    assert not settings.get("observation_filter") and not ours.get("normalize", False)
+
+
+def test_rllib_result_keys_are_kept_per_evaluation_point():
+    """The latest lifetime counters and coefficients, the mean of the rest; NaN (no learner results) skipped."""
+    log = ResultLog()
+    nan = float("nan")
+    log.add({"env_runners": {"episode_return_mean": 10.0}, "num_env_steps_sampled_lifetime": 100, "time_total_s": 1.0})
+    log.add({
+        "env_runners": {"episode_return_mean": 20.0},
+        "num_env_steps_sampled_lifetime": np.int64(200),
+        "learners": {"default_policy": {"curr_kl_coeff": 0.5, "num_target_updates": 3.0, "entropy": 1.0}},
+        "time_total_s": 2.0,
+    })  # fmt: skip
+    log.add({"learners": {"default_policy": {"curr_kl_coeff": nan, "entropy": nan}}, "config": {"lr": 1.0}})
+    row = log.row()
+    assert row == {
+        "env_runners/episode_return_mean": 15.0,
+        "num_env_steps_sampled_lifetime": 200.0,
+        "learners/default_policy/num_target_updates": 3.0,
+        "learners/default_policy/curr_kl_coeff": 0.5,
+        "learners/default_policy/entropy": 1.0,
+        "time_total_s": 2.0,
+    }
+    assert set(row) <= set(RESULT_KEYS) and log.row() == {}  # the next point starts afresh
+    log.add({"learners": {"default_policy": {"entropy": 3.0}}})
+    assert log.row() == {"learners/default_policy/entropy": 3.0}
+
+
+def read_rows(path: Path) -> list[dict]:
+    with open(path) as file:
+        return list(csv.DictReader(file))
+
+
+def step_together(ours, theirs, steps: int, seed: int) -> None:
+    """Step two vec envs with the same random actions; their observations, rewards and dones must agree."""
+    rng = np.random.default_rng(seed)
+    assert np.array_equal(ours.reset(), theirs.reset())
+    for _ in range(steps):
+        action = rng.integers(ours.action_space.n, size=1)
+        a, b = ours.step(action), theirs.step(action)
+        for x, y in zip(a[:3], b[:3], strict=True):
+            assert np.array_equal(x, y)
+
+
+def test_rllib_trains_and_is_evaluated_on_the_env_our_runs_get():
+    """
+    Breakout: the peer's evaluation env is ours (rl-zoo3's AtariWrapper as the atari yml entries name it, 4 frames
+    stacked), and one env of its training is one of ours (the same 84x84 frames, scaled to [0, 1], the same rewards,
+    a lost life ends the episode, FIRE on every reset).
+    """
+    env_id, seed = "BreakoutNoFrameskip-v4", 7
+    for algo in ("impact", "impala"):
+        params = load_zoo_hyperparams(algo, env_id)
+        assert params["env_wrapper"] == [f"{sb3_wrapper(env_id).__module__}.AtariWrapper"]
+        assert params["frame_stack"] == STACKED_FRAMES
+    wrapper = load_zoo_hyperparams("impact", env_id)["env_wrapper"]
+    settings = PEER_SETTINGS[("rllib_appo", env_id)]
+    ours = make_training_env(env_id, 1, seed, env_wrapper=wrapper, frame_stack=STACKED_FRAMES)
+    step_together(ours, evaluation_env(env_id, settings, seed), 400, seed)
+    ours = make_training_env(env_id, 1, seed, env_wrapper=wrapper)  # single frames: RLlib's connectors stack them
+    theirs = training_env(env_id, settings)
+    frame, _ = theirs.reset(seed=seed)
+    assert frame.dtype == np.float32 and np.array_equal(np.round(frame * 255).astype(np.uint8), ours.reset()[0])
+    rng, lives_lost = np.random.default_rng(seed), 0
+    for _ in range(400):
+        action = int(rng.integers(4))
+        frame, reward, terminated, truncated, _ = theirs.step(action)
+        observation, rewards, dones, infos = ours.step(np.array([action]))
+        assert reward == rewards[0] and (terminated or truncated) == dones[0]
+        if dones[0]:  # a lost life ends the episode; both reset with FIRE, and the game goes on
+            lives_lost += 1
+            assert np.array_equal(np.round(frame * 255).astype(np.uint8), infos[0]["terminal_observation"])
+            frame, _ = theirs.reset()
+        assert np.array_equal(np.round(frame * 255).astype(np.uint8), observation[0])
+    assert lives_lost >= 2
 
 
 @pytest.mark.timeout(300)
@@ -69,9 +215,18 @@ def test_peer_runs_come_back_as_rows_and_records_of_the_same_table(tmp_path):
     points = read_csv(tmp_path / "out" / "CartPole-v1.csv")
     assert {point.algo for point in points} == {"impala", "rllib_impala"}
     assert [point.eval_mean for point in points if point.algo == "rllib_impala"] == [0.0, 10.0, 20.0]
+    # RLlib's metrics at each point: one diagnostics row per point, as ours, and the same --plot-diagnostics.
+    rows = read_rows(diagnostics_path(tmp_path / "out", "CartPole-v1", "rllib_impala", 100))
+    assert [int(row["steps"]) for row in rows] == [point.steps for point in points if point.algo == "rllib_impala"]
+    assert [row["env_runners/episode_return_mean"] for row in rows] == ["", "9.0", "18.0"]
+    assert [row["learners/default_policy/num_target_updates"] for row in rows] == ["", "1", "2"]
+    run_module.main(["--algos", "impala", "rllib_impala", *common, "--eval-episodes", "2", "--summarize",
+                     "--peer-python", python, "--plot-diagnostics", "episode_return_mean", "entropy_loss",
+                     "--out", str(tmp_path / "out")])  # fmt: skip
+    assert (tmp_path / "out" / "CartPole-v1_diagnostics.png").stat().st_size > 10_000
     records = read_run_records(tmp_path / "out", "CartPole-v1")
     peer = records[("rllib_impala", 100)]
-    assert peer["stack"] == "rllib" and "cartpole_impala.py" in peer["hyperparams"] and "stack" not in records[("impala", 100)]
+    assert peer["stack"] == "rllib" and "impala.yml" in peer["hyperparams"] and "stack" not in records[("impala", 100)]
     assert peer["machine"]["software"]["gymnasium"] == "1.2.2" and peer["machine"]["software"]["stable_baselines3"] is None
     summary = json.loads((tmp_path / "out" / "CartPole-v1.json").read_text())
     assert set(summary["algos"]) == {"impala", "rllib_impala"} and not summary["algos"]["rllib_impala"]["failed"]
@@ -139,13 +294,52 @@ def process_alive(pid: int) -> bool:
     return not (status.exists() and status.read_text().split()[2] == "Z")  # a zombie has exited
 
 
-@pytest.mark.skipif(not Path(peers.peer_python()).is_file(), reason="needs RLlib's environment: benchmarks/recipes/peers.sh")
+@needs_rllib
 @pytest.mark.timeout(300)
 def test_rllib_impala_runs_under_the_protocol(tmp_path):
-    """The real peer, where its environment exists: a short IMPALA run on CartPole-v1 gives its grid of points."""
-    budget = ["--max-seconds", "10", "--eval-seconds", "5", "--eval-episodes", "2"]
+    """
+    The real peer, where its environment exists: a short IMPALA run on CartPole-v1 gives its grid of points, and
+    RLlib's metrics at each of them.
+    """
+    budget = ["--max-seconds", "15", "--eval-seconds", "5", "--eval-episodes", "2"]
     run_module.main(["--algos", "rllib_impala", "--env", "CartPole-v1", "--seeds", "1", "--first-seed", "100", *budget,
                      "--out", str(tmp_path)])  # fmt: skip
     points = read_csv(tmp_path / "CartPole-v1.csv")
     assert all(point.status == "ok" for point in points), points[-1].error
-    assert points[0].steps == 0 and points[-1].wall_seconds >= 10 and len(points) >= 3
+    assert points[0].steps == 0 and points[-1].wall_seconds >= 15 and len(points) >= 4
+    rows = read_rows(diagnostics_path(tmp_path, "CartPole-v1", "rllib_impala", 100))
+    assert [int(row["steps"]) for row in rows] == [point.steps for point in points]
+    last = rows[-1]
+    assert float(last["num_env_steps_sampled_lifetime"]) == points[-1].steps > 0
+    assert float(last["learners/__all_modules__/num_env_steps_trained_lifetime"]) > 0
+    assert float(last["env_runners/monitor_episode_return_mean"]) == float(last["env_runners/episode_return_mean"])
+    assert 0 < float(last["time_total_s"]) <= points[-1].wall_seconds + 1
+
+
+@needs_rllib
+@pytest.mark.timeout(300)
+def test_rllib_appo_refreshes_its_target_and_is_evaluated_through_its_observation_filter(tmp_path):
+    """APPO's HalfCheetah-v5 settings run: target refreshes counted, the MeanStdFilter's statistics in evaluation."""
+    budget = ["--max-seconds", "40", "--eval-seconds", "40", "--eval-episodes", "1"]
+    run_module.main(["--algos", "rllib_appo", "--env", "HalfCheetah-v5", "--seeds", "1", "--first-seed", "100",
+                     *budget, "--out", str(tmp_path)])  # fmt: skip
+    points = read_csv(tmp_path / "HalfCheetah-v5.csv")
+    assert all(point.status == "ok" for point in points), points[-1].error
+    last = read_rows(diagnostics_path(tmp_path, "HalfCheetah-v5", "rllib_appo", 100))[-1]
+    assert int(last["counted/num_target_updates"]) >= 1 and int(last["counted/dropped_draws"]) >= 0
+    assert int(last["counted/draws"]) > int(last["counted/batches"]) > 0  # a batch is drawn up to K = 10 times
+    assert float(last["learners/__all_modules__/num_env_steps_trained_lifetime"]) > 0
+    assert np.isfinite(points[-1].eval_mean)
+
+
+@needs_rllib
+@pytest.mark.timeout(400)
+def test_the_harness_and_rllib_evaluate_the_same_weights_alike():
+    """The cross-check of docs/guide/benchmarks.md ("Peers"), small: the two evaluations' means agree within noise."""
+    command = [peers.peer_python(), "-m", "benchmarks.rllib_run", "--cross-check", "rllib_impala", "CartPole-v1", "20", "20"]
+    completed = subprocess.run(command, cwd=peers.REPO_ROOT, capture_output=True, text=True, timeout=380)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert result["sampled_steps"] > 0
+    assert result["harness"]["episodes"] == result["rllib_sample"]["episodes"] == result["rllib_evaluate"]["episodes"] == 20
+    assert result["agree"], result
