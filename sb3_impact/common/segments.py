@@ -103,4 +103,3 @@ class SegmentMemory(Protocol):
         :return: the memory slots the segment's steps were written to, in the memory's own unit (a slot per
             segment column for PTR-PPO, a slot per step for V-RACER), in the order they were written
         """
-        ...
