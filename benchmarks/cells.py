@@ -1,13 +1,8 @@
 """
 How every generated table writes its figures (``python -m benchmarks tables``, and the profilers' tables in
-``benchmarks/profiling/tables.py``): one formatter per kind of cell, used by every table.
-
-- :func:`number`: one figure (a return by default: one decimal below 100, none above), ``-`` where there is none;
-- :func:`interval`: ``center [low, high]``, an estimate with its 95% interval; :func:`estimate` for those of
-  :mod:`benchmarks.statistics`; :func:`median_range`: ``median [min, max]`` over seeds;
-- :func:`ratio_cell`: a paired ratio's ``median [min, max]``, the median given as the bound it is where censored
-  seeds leave it undetermined;
-- :func:`markdown_table` and :func:`link`: a table's lines, a link from its page.
+``benchmarks/profiling/tables.py``): one formatter per kind of cell, a figure (:func:`number`), ``center [low,
+high]`` (:func:`interval`; :func:`estimate` for :mod:`benchmarks.statistics`' estimates, :func:`median_range` for
+``median [min, max]`` over seeds) and a paired ratio (:func:`ratio_cell`); and a table's lines and links.
 """
 
 import math

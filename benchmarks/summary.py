@@ -289,7 +289,22 @@ def threshold_summary(
             if step_budget:
                 entry["budget_return_ratio_vs_baseline"] = spread(paired_ratios(at_budget, algo, baseline))
         summary["algos"][algo] = entry
-    compare_to_baseline(summary, by_run, step_budget, published, eval_episodes)
+    base_entry = summary["algos"].get(baseline)
+    if base_entry is None:
+        return summary
+    base_returns = [value for value in compared_returns(base_entry) if value is not None]
+    targets = {"baseline_median": float(np.median(base_returns))} if base_returns else {}
+    summary["targets"] = targets if published is None else {**targets, "published": float(published)}
+    for algo, entry in summary["algos"].items():
+        if algo != baseline:
+            entry["to_return"] = {
+                name: paired_to_return(by_run, algo, baseline, target, step_budget, eval_episodes)
+                for name, target in summary["targets"].items()
+            }
+            ours = [value for value in compared_returns(entry) if value is not None]
+            entry["improvement_vs_baseline"] = (
+                probability_of_improvement(ours, base_returns) if ours and base_returns else None
+            )
     return summary
 
 
@@ -297,33 +312,3 @@ def compared_returns(entry: dict[str, Any]) -> list[float | None]:
     """Each seed's compared return: at the step budget where there is one, else the final one (a wall-time budget's
     run ends at it)."""
     return entry.get("budget_eval_mean", entry["final_eval_mean"])
-
-
-def compare_to_baseline(
-    summary: dict[str, Any],
-    by_run: dict[tuple[str, int, str], list[EvalPoint]],
-    step_budget: int | None,
-    published: float | None,
-    eval_episodes: int,
-) -> None:
-    """Add the targets, each algo's paired steps and time to them, and its probability of improvement."""
-    baseline = summary["baseline"]
-    base_entry = summary["algos"].get(baseline)
-    if base_entry is None:
-        return
-    base_returns = [value for value in compared_returns(base_entry) if value is not None]
-    targets: dict[str, float] = {}
-    if base_returns:
-        targets["baseline_median"] = float(np.median(base_returns))
-    if published is not None:
-        targets["published"] = float(published)
-    summary["targets"] = targets
-    for algo, entry in summary["algos"].items():
-        if algo == baseline:
-            continue
-        entry["to_return"] = {
-            name: paired_to_return(by_run, algo, baseline, target, step_budget, eval_episodes)
-            for name, target in targets.items()
-        }
-        ours = [value for value in compared_returns(entry) if value is not None]
-        entry["improvement_vs_baseline"] = probability_of_improvement(ours, base_returns) if ours and base_returns else None

@@ -110,10 +110,10 @@ class Table:
                 raise ProtocolError(f"table {self.name}: runs without their record in {self.folder}/runs/{env}: {missing}")
             self.points[env] = points
             self.records[env] = [records[key] for key in sorted({(p.algo, p.seed) for p in points})]
-        every = [record for records in self.records.values() for record in records]
-        check_comparison(every, f"table {self.name}")
+        self.every = [record for records in self.records.values() for record in records]  # every run's record
+        check_comparison(self.every, f"table {self.name}")
         if entry.get("reporting", True):
-            check_reporting_seeds([record["seed"] for record in every], f"table {self.name}")
+            check_reporting_seeds([record["seed"] for record in self.every], f"table {self.name}")
 
     def link(self, target: str, text: str | None = None) -> str:
         """A link from the table's page to ``target`` (relative to the repository)."""
@@ -129,18 +129,13 @@ class Table:
         return ("Labels: " + "; ".join(named) + ".") if named else ""
 
     @property
-    def measured(self) -> bool:
-        return bool(self.points)
-
-    @property
     def alone(self) -> bool:
         """
         Whether the runs had the machine to themselves, so that their training times compare: the manifest's
         ``alone``, by default true for a wall-clock budget and false for a step budget (step-based runs may share
         the machine, the protocol says). A table whose runs shared it reports no time ratio.
         """
-        first = next(record for records in self.records.values() for record in records)
-        return bool(self.entry.get("alone", bool(first.get("max_seconds"))))
+        return bool(self.entry.get("alone", bool(self.every[0].get("max_seconds"))))
 
     def summary(self, env: str) -> dict[str, Any]:
         """The env's statistics (``threshold_summary``) at the runs' budget, with the published target (computed once)."""
@@ -174,7 +169,7 @@ class Table:
 
     def settings_line(self) -> str:
         """Budget, evaluation grid and policy, seeds, machine, software, date and the runs' commands."""
-        every = [record for records in self.records.values() for record in records]
+        every = self.every
         first = next((record for record in every if not record.get("stack")), every[0])
         budget = f"{first['max_seconds']:g} s of training" if first.get("max_seconds") else f"{first['steps']} steps"
         grid = (
@@ -426,7 +421,7 @@ def render_blocks(manifest: dict[str, Any], root: Path, write_files: bool) -> di
     for name, table in tables.items():
         if table.kind == "atari":
             text = atari_table(table, write_files)
-        elif not table.measured:
+        elif not table.points:
             text = f"{NOT_YET.capitalize()}: the recipe is {table.link(table.entry['recipe'])}.\n"
         else:
             text = comparison_table(table)
