@@ -72,6 +72,7 @@ def data_files(entry: dict[str, Any], root: Path, optional: bool = False) -> lis
 
 
 def read_json(paths: list[Path]) -> list[dict[str, Any]]:
+    """The JSON files among ``paths``, read."""
     return [json.loads(path.read_text()) for path in paths if path.suffix == ".json"]
 
 
@@ -91,6 +92,7 @@ def machine_line(machines: list[dict[str, Any]], entry: dict[str, Any], details:
 
 
 def not_yet_measured(entry: dict[str, Any]) -> str:
+    """What a lent machine's table says until its data are here."""
     return (
         f"Not yet measured. Recipe: {link(entry['page'], entry['recipe'])}; its header gives the device command and "
         "the steps that bring the data here.\n"
@@ -119,19 +121,21 @@ def with_ratios(report: dict[str, Any]) -> dict[str, Any]:
 
 def throughput_rows(reports: list[dict[str, Any]], kind: str) -> list[str]:
     """A row per ``benchmarks throughput`` report, with the columns of ``kind`` (:data:`THROUGHPUT_COLUMNS`)."""
-    columns = THROUGHPUT_COLUMNS[kind]
+    fields = [column.lstrip("*") for column in THROUGHPUT_COLUMNS[kind]]
+    bold = [column.startswith("**") for column in THROUGHPUT_COLUMNS[kind]]
     rows = []
     for report in map(with_ratios, reports):
         cells = []
-        for column in columns:
-            value, form = report.get(column.lstrip("*")), FIELDS[column.lstrip("*")][1]
-            text = value if isinstance(value, str) else number(value, form)
-            cells.append(f"**{text}**" if column.startswith("**") and text != "-" else text)
+        for field, strong in zip(fields, bold, strict=True):
+            value = report.get(field)
+            text = value if isinstance(value, str) else number(value, FIELDS[field][1])
+            cells.append(f"**{text}**" if strong and text != "-" else text)
         rows.append(cells)
-    return markdown_table([FIELDS[column.lstrip("*")][0] for column in columns], rows)
+    return markdown_table([FIELDS[field][0] for field in fields], rows)
 
 
 def throughput_table(entry: dict[str, Any], root: Path) -> str:
+    """A row per ``benchmarks throughput`` report: C, L, T_async, overlap, T_sync, speed-up, CPU per 1000 steps."""
     reports = read_json(data_files(entry, root))
     return "\n".join(throughput_rows(reports, "throughput")) + "\n\n" + machine_line([r["machine"] for r in reports], entry)
 
