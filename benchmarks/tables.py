@@ -42,7 +42,6 @@ import argparse
 import difflib
 import re
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -211,6 +210,7 @@ def by_baseline_first(algos: dict[str, Any], baseline: str) -> list[tuple[str, A
 
 
 def comparison_table(table: Table) -> str:
+    """Per env, a row per algo against the baseline (the module's ``comparison``), each seed's figures below it."""
     lines: list[str] = []
     for env in table.envs:
         if env not in table.points:
@@ -241,7 +241,7 @@ def comparison_table(table: Table) -> str:
                 row.append(median_range(speeds.get(algo, []), ".0f"))
             rows.append(row)
         lines += [f"**{env}**", "", *markdown_table(header, rows)]
-        lines += ["", per_seed_lines(summary, table.baseline, with_seconds=table.alone, label=table.label), ""]
+        lines += ["", per_seed_lines(table, summary), ""]
     legend = table.legend([algo for env in table.points for algo in table.summary(env)["algos"]])
     lines += [legend, ""] if legend else []
     lines.append(table.settings_line())
@@ -253,13 +253,11 @@ def compared(entry: dict[str, Any]) -> dict[str, Any]:
     return entry.get("budget_eval", entry["final_eval"])
 
 
-def per_seed_lines(
-    summary: dict[str, Any], baseline: str, with_seconds: bool = True, label: Callable[[str], str] = str
-) -> str:
-    """Each seed's return at the budget and its steps (and ``with_seconds``, seconds) to its held crossing of the
-    baseline's median (c: censored); ``label`` names an algo."""
-    cells = []
-    for algo, entry in by_baseline_first(summary["algos"], baseline):
+def per_seed_lines(table: Table, summary: dict[str, Any]) -> str:
+    """Each seed's return at the budget and its steps (and, where the runs had the machine to themselves, seconds) to
+    its held crossing of the baseline's median (c: censored)."""
+    cells, label = [], table.label
+    for algo, entry in by_baseline_first(summary["algos"], table.baseline):
         returns = zip(entry["seeds"], compared_returns(entry), strict=True)
         cells.append(f"`{label(algo)}` " + ", ".join(f"{seed}: {number(value)}" for seed, value in returns))
         paired = entry.get("to_return", {}).get("baseline_median")
@@ -267,7 +265,7 @@ def per_seed_lines(
             steps = ", ".join(
                 f"{item['seed']}: {item['steps']}{'c' if item['censored'] else ''} / {item['baseline_steps']}"
                 f"{'c' if item['baseline_censored'] else ''} steps"
-                + (f", {item['wall_seconds']:.0f} / {item['baseline_wall_seconds']:.0f} s" if with_seconds else "")
+                + (f", {item['wall_seconds']:.0f} / {item['baseline_wall_seconds']:.0f} s" if table.alone else "")
                 for item in paired["per_seed"]
             )
             cells.append(
@@ -293,6 +291,7 @@ def normalised_matrix(scores: dict[str, dict[str, dict[int, float]]], games: lis
 
 
 def atari_table(table: Table, write_files: bool) -> str:
+    """A row per game, then the aggregates across games (the module's ``atari``); ``write_files``: the profile's PNG."""
     games = [env for env in table.envs if env in table.points]
     scores = {env: run_scores(table.summary(env)) for env in games}
     algos = sorted({algo for by_algo in scores.values() for algo in by_algo}, key=lambda algo: (algo != table.baseline, algo))
