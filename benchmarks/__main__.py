@@ -4,7 +4,7 @@ One entry point for the benchmark scripts: ``python -m benchmarks SUBCOMMAND [AR
     python -m benchmarks run --algos ppo impact --env CartPole-v1 --seeds 3
     python -m benchmarks throughput --algos impact --env HalfCheetah-v5
     python -m benchmarks plot results/CartPole-v1.csv
-    python -m benchmarks report results/*.json
+    python -m benchmarks tables --check
 
 Each subcommand is the module of the same name: ``benchmarks/NAME.py``, or ``benchmarks/profiling/NAME.py`` for
 the profilers (:data:`PROFILERS`); ``python -m benchmarks.run`` and ``python -m benchmarks.profiling.throughput``
@@ -19,7 +19,6 @@ SUBCOMMANDS = {
     "throughput": "collection, learning and asynchronous time per batch (T / max(C, L))",
     "plot": "learning curves from the CSV files of run",
     "tables": "every results table, the results summary and the README's results table, from the data (tables.yml)",
-    "report": "markdown tables for docs/results.md from the JSON files",
     "ray_scaling": "the Ray collector against its number of workers: collector alone, learn(), learner ceiling",
     "gradient_step_cost": "ms per gradient step of V-RACER, SAC, SACReFER... side by side, with the arithmetic floor",
     "iteration_cost": "where an on-policy iteration's time goes (collection, epochs, PTR-PPO's replay), per iteration",

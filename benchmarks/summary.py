@@ -8,9 +8,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from benchmarks.cells import number
 from benchmarks.output import EvalPoint
 from benchmarks.protocol import is_atari, random_play_score
-from benchmarks.report import score
 from benchmarks.statistics import iqm_with_interval, pooled_iqm, probability_of_improvement
 
 # Default "solved" thresholds (rl-zoo3 / gymnasium reward thresholds); --threshold overrides, other envs get none.
@@ -129,11 +129,11 @@ def no_ratio_reason(target: float, baseline_runs: list[list[EvalPoint]], per_see
     if is_atari(env_id):
         random_score = random_play_score(env_id)
         if target <= random_score:
-            return f"random play already scores it ({score(random_score)})"
+            return f"random play already scores it ({number(random_score)})"
     else:
         untrained = [run[0].eval_mean for run in baseline_runs if run[0].status == "ok" and run[0].steps == 0]
         if untrained and target <= max(untrained):
-            return f"the baseline's untrained policy already scores it ({score(max(untrained))} at step 0)"
+            return f"the baseline's untrained policy already scores it ({number(max(untrained))} at step 0)"
     if per_seed and all(entry["both_at_first_evaluation"] for entry in per_seed):
         return "both sides hold it from the first evaluation"
     return None
@@ -201,6 +201,26 @@ def return_at(run: list[EvalPoint], attribute: str, budget: float, overshoot: fl
     return before[-1] if before else None
 
 
+def last_points(points: list[EvalPoint]) -> list[EvalPoint]:
+    """Each run's (algo and seed's) last evaluation after some training time, in the order of algo and seed."""
+    last: dict[tuple[str, int], EvalPoint] = {}
+    for point in points:
+        key = (point.algo, point.seed)
+        if point.status == "ok" and point.wall_seconds > 0 and (key not in last or point.steps >= last[key].steps):
+            last[key] = point
+    return [last[key] for key in sorted(last)]
+
+
+def paired_ratios(values: dict[tuple[str, int, str], Any], algo: str, baseline: str) -> list[float]:
+    """``algo``'s value over the baseline's, run by run (``values``' keys: algo, seed and machine) on the same seed
+    and machine, where both have one and the baseline's is not 0."""
+    return [
+        value / values[(baseline, seed, machine)]
+        for (name, seed, machine), value in sorted(values.items())
+        if name == algo and value is not None and values.get((baseline, seed, machine))
+    ]
+
+
 def threshold_summary(
     points: list[EvalPoint],
     threshold: float | None,
@@ -213,11 +233,12 @@ def threshold_summary(
 ) -> dict[str, Any]:
     """
     Per algo: steps and wall seconds to the held crossing of ``threshold`` (:func:`held_crossing`, whose noise is
-    the standard error of a mean of ``eval_episodes`` episodes) per seed, final and best returns, each with its median
-    and min/max over seeds; ratios against ``baseline`` paired by seed *and machine* (runs from different
-    machines are never compared). Without a threshold only the returns and the final-return ratio are given.
-    With ``step_budget``, also the return of the last evaluation at or before it (``budget_eval_mean``) and its
-    paired ratio: algorithms whose rollouts overshoot the budget are compared at the budget, not after it.
+    the standard error of a mean of ``eval_episodes`` episodes) per seed, final returns and the returns at the
+    ``wall_checkpoints`` (seconds of training), each with its median and min/max over seeds; ratios against
+    ``baseline`` paired by seed *and machine* (runs from different machines are never compared). Without a
+    threshold only the returns and the final-return ratio are given. With ``step_budget``, also the return of the
+    last evaluation at or before it (``budget_eval_mean``) and its paired ratio: algorithms whose rollouts overshoot
+    the budget are compared at the budget, not after it.
 
     The protocol's comparison (``to_return``): each algo's steps and seconds to the baseline's median return at the
     budget (and to the ``published`` figure of the baseline, when given), over the baseline's own steps and seconds
@@ -227,108 +248,67 @@ def threshold_summary(
     by_run: dict[tuple[str, int, str], list[EvalPoint]] = {}
     for point in points:
         by_run.setdefault((point.algo, point.seed, point.machine), []).append(point)
-    reached = {
+    hits = {
         key: held_crossing(run, threshold, eval_episodes) if threshold is not None else None for key, run in by_run.items()
     }
     at_budget = {
-        key: return_at([p for p in run if p.status == "ok" and p.steps > 0], "steps", step_budget, overshoot=1.0)
-        for key, run in by_run.items()
-        if step_budget
+        key: return_at(trained_points(run), "steps", step_budget, 1.0) if step_budget else None for key, run in by_run.items()
     }
+    finals = {key: run[-1].eval_mean if run[-1].status == "ok" else None for key, run in by_run.items()}
     summary: dict[str, Any] = {"threshold": threshold, "baseline": baseline, "algos": {}}
     summary["machines"] = sorted({machine for _, _, machine in by_run})
     for algo in sorted({algo for algo, _, _ in by_run}):
         runs = sorted(key for key in by_run if key[0] == algo)
-        evaluated = [[p for p in by_run[key] if p.status == "ok"] for key in runs]
-        trained = [[p for p in run if p.steps > 0] for run in evaluated]
+        trained = [trained_points(by_run[key]) for key in runs]
         entry: dict[str, Any] = {
             "seeds": [seed for _, seed, _ in runs],
             "failed": [by_run[key][0].error for key in runs if by_run[key][0].status == "failed"],
             "final_eval_mean": [run[-1].eval_mean if run else None for run in trained],
-            "best_eval_mean": [max(p.eval_mean for p in run) if run else None for run in trained],
-            "final_steps": [run[-1].steps if run else None for run in trained],
         }
         entry["final_eval"] = spread(entry["final_eval_mean"], interval=not step_budget)
-        entry["steps_done"] = spread(entry["final_steps"])
         if step_budget:
             entry["budget_eval_mean"] = [at_budget[key] for key in runs]
             entry["budget_eval"] = spread(entry["budget_eval_mean"], interval=True)
+        evaluated = [[p for p in by_run[key] if p.status == "ok"] for key in runs]
         entry["return_at_seconds"] = {
             f"{seconds:g}": spread([return_at(run, "wall_seconds", seconds) for run in evaluated])
             for seconds in wall_checkpoints
         }
         if threshold is not None:
-            hits = [reached[key] for key in runs]
-            entry["steps_to_threshold"] = [hit.steps if hit else None for hit in hits]
-            entry["wall_seconds_to_threshold"] = [round(hit.wall_seconds, 2) if hit else None for hit in hits]
-            entry["reached"] = f"{sum(hit is not None for hit in hits)}/{len(hits)}"
+            entry["steps_to_threshold"] = [hits[key].steps if hits[key] else None for key in runs]
+            entry["wall_seconds_to_threshold"] = [round(hits[key].wall_seconds, 2) if hits[key] else None for key in runs]
             entry["steps"] = spread(entry["steps_to_threshold"])
             entry["wall_seconds"] = spread(entry["wall_seconds_to_threshold"])
-            entry["median_steps"] = entry["steps"]["median"]
-            entry["median_wall_seconds"] = entry["wall_seconds"]["median"]
         if algo != baseline:
-            step_ratios, wall_ratios, final_ratios, budget_ratios = [], [], [], []
-            for _, seed, machine in runs:
-                base_run = by_run.get((baseline, seed, machine))
-                if base_run is None:
-                    continue
-                ours, base = reached.get((algo, seed, machine)), reached.get((baseline, seed, machine))
-                if ours and base and base.steps > 0 and base.wall_seconds > 0:
-                    step_ratios.append(ours.steps / base.steps)
-                    wall_ratios.append(ours.wall_seconds / base.wall_seconds)
-                ours_final, base_final = by_run[(algo, seed, machine)][-1], base_run[-1]
-                if ours_final.status == base_final.status == "ok" and base_final.eval_mean != 0:
-                    final_ratios.append((seed, ours_final.eval_mean / base_final.eval_mean))
-                ours_at, base_at = at_budget.get((algo, seed, machine)), at_budget.get((baseline, seed, machine))
-                if ours_at is not None and base_at:
-                    budget_ratios.append((seed, ours_at / base_at))
             if threshold is not None:
-                entry["steps_ratio_vs_baseline"] = spread(step_ratios)
-                entry["wall_ratio_vs_baseline"] = spread(wall_ratios)
-            # The paired ratios per seed as [seed, ratio] (the report's per-seed column), then their spread.
-            entry["final_return_ratios"] = [list(pair) for pair in final_ratios]
-            entry["final_return_ratio_vs_baseline"] = spread([ratio for _, ratio in final_ratios])
+                steps = {key: hit and hit.steps for key, hit in hits.items()}
+                entry["steps_ratio_vs_baseline"] = spread(paired_ratios(steps, algo, baseline))
+                seconds = {key: hit and hit.wall_seconds for key, hit in hits.items()}
+                entry["wall_ratio_vs_baseline"] = spread(paired_ratios(seconds, algo, baseline))
+            entry["final_return_ratio_vs_baseline"] = spread(paired_ratios(finals, algo, baseline))
             if step_budget:
-                entry["budget_return_ratios"] = [list(pair) for pair in budget_ratios]
-                entry["budget_return_ratio_vs_baseline"] = spread([ratio for _, ratio in budget_ratios])
+                entry["budget_return_ratio_vs_baseline"] = spread(paired_ratios(at_budget, algo, baseline))
         summary["algos"][algo] = entry
-    compare_to_baseline(summary, by_run, step_budget, wall_checkpoints, published, eval_episodes)
+    base_entry = summary["algos"].get(baseline)
+    if base_entry is None:
+        return summary
+    base_returns = [value for value in compared_returns(base_entry) if value is not None]
+    targets = {"baseline_median": float(np.median(base_returns))} if base_returns else {}
+    summary["targets"] = targets if published is None else {**targets, "published": float(published)}
+    for algo, entry in summary["algos"].items():
+        if algo != baseline:
+            entry["to_return"] = {
+                name: paired_to_return(by_run, algo, baseline, target, step_budget, eval_episodes)
+                for name, target in summary["targets"].items()
+            }
+            ours = [value for value in compared_returns(entry) if value is not None]
+            entry["improvement_vs_baseline"] = (
+                probability_of_improvement(ours, base_returns) if ours and base_returns else None
+            )
     return summary
 
 
-def compared_returns(entry: dict[str, Any], step_budget: int | None, wall_checkpoints: tuple[float, ...]) -> list:
-    """Each seed's compared return: at the step budget, else the final one (a wall-time budget's run ends at it)."""
-    if step_budget:
-        return entry["budget_eval_mean"]
-    return entry["final_eval_mean"]
-
-
-def compare_to_baseline(
-    summary: dict[str, Any],
-    by_run: dict[tuple[str, int, str], list[EvalPoint]],
-    step_budget: int | None,
-    wall_checkpoints: tuple[float, ...],
-    published: float | None,
-    eval_episodes: int,
-) -> None:
-    """Add the targets, each algo's paired steps and time to them, and its probability of improvement."""
-    baseline = summary["baseline"]
-    base_entry = summary["algos"].get(baseline)
-    if base_entry is None:
-        return
-    base_returns = [value for value in compared_returns(base_entry, step_budget, wall_checkpoints) if value is not None]
-    targets: dict[str, float] = {}
-    if base_returns:
-        targets["baseline_median"] = float(np.median(base_returns))
-    if published is not None:
-        targets["published"] = float(published)
-    summary["targets"] = targets
-    for algo, entry in summary["algos"].items():
-        if algo == baseline:
-            continue
-        entry["to_return"] = {
-            name: paired_to_return(by_run, algo, baseline, target, step_budget, eval_episodes)
-            for name, target in targets.items()
-        }
-        ours = [value for value in compared_returns(entry, step_budget, wall_checkpoints) if value is not None]
-        entry["improvement_vs_baseline"] = probability_of_improvement(ours, base_returns) if ours and base_returns else None
+def compared_returns(entry: dict[str, Any]) -> list[float | None]:
+    """Each seed's compared return: at the step budget where there is one, else the final one (a wall-time budget's
+    run ends at it)."""
+    return entry.get("budget_eval_mean", entry["final_eval_mean"])

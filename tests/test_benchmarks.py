@@ -42,11 +42,11 @@ def test_threshold_and_paired_ratios_on_synthetic_curves():
     points += curve("impact", 1, [(0, 0), (3000, 99)], 5e-4)
     summary = threshold_summary(points, threshold=100, baseline="ppo", eval_episodes=10)
     ppo, impact = summary["algos"]["ppo"], summary["algos"]["impact"]
-    assert ppo["steps_to_threshold"] == [2000, 4000] and ppo["median_steps"] == 3000
+    assert ppo["steps_to_threshold"] == [2000, 4000]
     assert impact["steps_to_threshold"] == [3000, None]
     assert impact["steps_ratio_vs_baseline"].items() >= {"median": 1.5, "min": 1.5, "max": 1.5, "n": 1}.items()
     assert impact["wall_ratio_vs_baseline"]["median"] == pytest.approx(1.5 / 2.0 * 1.0)
-    assert impact["reached"] == "1/2" and ppo["reached"] == "2/2"
+    assert impact["steps"]["n"] == 1 and ppo["steps"]["n"] == 2  # the seeds that held the threshold
     assert ppo["steps"].items() >= {"median": 3000.0, "min": 2000.0, "max": 4000.0, "n": 2, "iqm": 3000.0}.items()
     assert ppo["final_eval"].items() >= {"median": 110.0, "min": 100.0, "max": 120.0, "n": 2, "iqm": 110.0}.items()
     assert impact["final_return_ratio_vs_baseline"]["median"] == pytest.approx((100 / 100 + 99 / 120) / 2)
@@ -153,27 +153,7 @@ def test_a_failing_run_is_recorded_and_the_others_continue(tmp_path, monkeypatch
     assert "boom" in summary["algos"]["impact"]["failed"][0]
 
 
-def test_report_renders_learning_and_throughput_tables(tmp_path):
-    from benchmarks.report import render
-
-    points = curve("ppo", 0, [(0, 0), (2000, 100)], 1e-3) + curve("ppo", 1, [(0, 0), (4000, 100)], 1e-3)
-    points += curve("impact", 0, [(0, 0), (1000, 100)], 1e-3) + curve("impact", 1, [(0, 0), (1000, 50)], 1e-3)
-    summary = threshold_summary(points, threshold=100, baseline="ppo", eval_episodes=10)
-    summary.update(env="Env-v0", command="python -m benchmarks.run ...", machine={"name": "box", "date": "2026-11-22"})
-    write_json(summary, tmp_path / "Env-v0.json")
-    throughput = {"algo": "impact", "env": "Env-v0", "vec_env": "dummy", "collector": "thread", "batch_env_steps": 256}
-    throughput.update(C_collect_seconds_per_batch=0.1, L_learn_seconds_per_batch=0.2, T_async_seconds_per_batch=0.25)
-    throughput.update(T_async_over_max_C_L=1.25, command="python -m benchmarks throughput", machine=summary["machine"])
-    write_json(throughput, tmp_path / "throughput.json")
-    markdown = render([tmp_path / "Env-v0.json", tmp_path / "throughput.json"])
-    assert "| ppo | 2/2 | 3000 [2000, 4000] |" in markdown
-    assert "| impact | 1/2 | 1000 |" in markdown and "| 0.50 |" in markdown  # one paired ratio: 1000 / 2000
-    assert "| impact | Env-v0 | dummy | thread | 256 | 0.1000 | 0.2000 | 0.2500 | 1.25 | - |" in markdown
-
-
-def test_a_step_budget_compares_at_the_budget_and_the_report_gives_a_row_per_env(tmp_path):
-    from benchmarks.report import render
-
+def test_a_step_budget_compares_at_the_budget():
     # The baseline's rollouts overshoot the 2000-step budget (a last evaluation at 2048); seed 1 of the candidate
     # stopped short of it (a crashed run has no return at the budget, and no ratio).
     points = curve("ppo", 0, [(0, 0), (1000, 10), (2000, 20), (2048, 40)], 1e-3)
@@ -184,57 +164,11 @@ def test_a_step_budget_compares_at_the_budget_and_the_report_gives_a_row_per_env
     ppo, ptr = summary["algos"]["ppo"], summary["algos"]["ptr_ppo"]
     assert ppo["budget_eval_mean"] == [20, 50] and ppo["final_eval_mean"] == [40, 5]
     assert ptr["budget_eval_mean"] == [60, None] and ptr["budget_eval"]["n"] == 1
-    assert ptr["budget_return_ratios"] == [[0, 3.0]] and ptr["budget_return_ratio_vs_baseline"]["median"] == 3.0
-    assert ptr["final_return_ratios"] == [[0, 1.5], [1, 14.0]]
+    assert ptr["budget_return_ratio_vs_baseline"].items() >= {"median": 3.0, "n": 1}.items()  # seed 0 only
+    assert ptr["final_return_ratio_vs_baseline"].items() >= {"min": 1.5, "max": 14.0, "n": 2}.items()
     assert (
         "budget_eval_mean" not in threshold_summary(points, threshold=None, baseline="ppo", eval_episodes=10)["algos"]["ppo"]
     )
-    for env, found in (
-        ("Game-v0", summary),
-        ("Other-v0", threshold_summary(points[:7], None, "ppo", step_budget=2000, eval_episodes=10)),
-    ):
-        found.update(env=env, steps=2000, command=f"python -m benchmarks run --env {env}")
-        found.update(machine={"name": "box", "date": "2026-11-25"})
-        write_json(found, tmp_path / f"{env}.json")
-    markdown = render([tmp_path / "Game-v0.json", tmp_path / "Other-v0.json"], across_envs=True)
-    assert "Return at the step budget 2000;" in markdown
-    assert "| Game-v0 | 20.0, 50.0 | 60.0, - | 35.0 [20.0, 50.0] | 60.0 | 3.00 | 0, 1 |" in markdown
-    assert "| Other-v0 | 20.0, 50.0 | - | 35.0 [20.0, 50.0] | - | - | 0, 1 |" in markdown  # no candidate ran there
-    assert "- Game-v0: `python -m benchmarks run --env Game-v0`; box" in markdown
-    one_env = render([tmp_path / "Game-v0.json"])  # the per-env table compares at the budget too
-    assert (
-        "| final steps | return at 2000 steps |" in one_env
-        and "| ppo | 2 | 2048 [2048, 2048] | 35.0 [20.0, 50.0] |" in one_env
-    )
-    with pytest.raises(ValueError, match="learning summaries"):
-        render([], across_envs=True)
-
-
-def test_the_report_lists_every_evaluation_of_every_run_up_to_the_budget(tmp_path):
-    from benchmarks.report import main, render
-
-    # ppo overshoots the 2000-step budget (its 2048 point is not shown); ptr_ppo seed 1 missed its 2000 evaluation;
-    # a failed run's point is left out.
-    points = curve("ppo", 0, [(0, 0), (1000, 10), (2000, 250), (2048, 40)], 0.06)
-    points += curve("ptr_ppo", 0, [(0, 0), (1000, 30.5), (2000, 600)], 0.03)
-    points += curve("ptr_ppo", 1, [(0, 0), (1000, 70)], 0.03)
-    points.append(EvalPoint("ptr_ppo", "Env-v0", 2, 0, 0.0, float("nan"), float("nan"), status="failed", error="x"))
-    summary = threshold_summary(points, threshold=None, baseline="ppo", step_budget=2000, eval_episodes=10)
-    summary.update(env="Env-v0", steps=2000, eval_episodes=5, command="python -m benchmarks run", machine={"date": "d"})
-    write_json(summary, tmp_path / "Env-v0.json")
-    write_csv(points, tmp_path / "Env-v0.csv")
-    markdown = render([tmp_path / "Env-v0.json"], evaluations=True)
-    assert "| run | 1k | 2k | training time |" in markdown and "Mean return of 5 deterministic" in markdown
-    rows = [line for line in markdown.splitlines() if line.startswith("| p")]
-    assert rows == [
-        "| ppo, seed 0 | 10.0 | 250 | 2.0 min |",  # wall time at the budget: 2000 steps x 0.06 s
-        "| ptr_ppo, seed 0 | 30.5 | 600 | 1.0 min |",
-        "| ptr_ppo, seed 1 | 70.0 | - | 0.5 min |",
-    ]
-    with pytest.raises(ValueError, match="--evaluations needs learning summaries"):
-        render([], evaluations=True)
-    with pytest.raises(SystemExit):
-        main([str(tmp_path / "Env-v0.json"), "--evaluations", "--across-envs"])
 
 
 def test_interquartile_mean_and_its_rliable_interval_against_a_direct_computation():
@@ -301,7 +235,6 @@ def test_return_at_wall_checkpoints():
     summary = threshold_summary(points, None, "ppo", wall_checkpoints=(150.0, 300.0, 400.0), eval_episodes=10)
     at = summary["algos"]["ppo"]["return_at_seconds"]
     assert at["150"]["median"] == 10 and at["300"]["median"] == 30 and at["400"]["n"] == 0  # stopped before 400 s
-    assert summary["algos"]["ppo"]["steps_done"]["median"] == 3000
 
 
 def test_v5_mujoco_uses_rl_zoo3_v4_entry_and_says_so():
@@ -366,7 +299,7 @@ def test_a_failing_run_in_a_worker_is_recorded_and_the_others_finish():
 
 def test_benchmarks_entry_point_dispatches_to_the_subcommands(tmp_path):
     result = run_command([sys.executable, "-m", "benchmarks"], cwd=REPO_ROOT, timeout=60)
-    assert result.returncode == 0 and "run" in result.stdout and "report" in result.stdout
+    assert result.returncode == 0 and "run" in result.stdout and "tables" in result.stdout
     result = run_command([sys.executable, "-m", "benchmarks", "nope"], cwd=REPO_ROOT, timeout=60)
     assert result.returncode != 0 and "unknown subcommand 'nope'" in result.stderr
     points = curve("ppo", 0, [(0, 0), (10, 5)], 0.1)

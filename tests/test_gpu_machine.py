@@ -17,6 +17,7 @@ import yaml
 
 from benchmarks import tables
 from benchmarks.output import machine_description
+from benchmarks.profiling.tables import gpu_overlap_table
 from tests.commands import run_command
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -110,7 +111,7 @@ def test_the_overlap_table_shows_an_interrupted_measurement_and_names_a_missing_
     report["machine"] = machine_description()
     (tmp_path / "complete.json").write_text(json.dumps({**report, "T_sync_seconds_per_batch": 0.25}))
     (tmp_path / "interrupted.json").write_text(json.dumps({**report, "interrupted": True}))
-    text = tables.gpu_overlap_table(entry, tmp_path)
+    text = gpu_overlap_table(entry, tmp_path)
     row = "| impact | Env-v0 | subproc | process | cuda | 0.200 | 0.050 | 0.210 |"
     # T_sync / T_async = 1.19 of the bound (C + L) / max(C, L) = 1.25: 0.95 of it.
     assert f"{row} 0.250 | 2133 | 1792 | 1.19 | 1.25 | **0.95** |" in text

@@ -211,8 +211,8 @@ def test_a_long_algo_spec_is_shown_by_its_label_and_the_table_says_what_it_stand
 
 def test_a_median_the_censored_seeds_leave_undetermined_is_given_as_the_bound_it_is():
     """Ours censored: the ratio is at least its value; the baseline censored: at most; both: anything."""
+    from benchmarks.cells import ratio_cell, ratio_median
     from benchmarks.summary import median_bounds
-    from benchmarks.tables import median_cell, ratio_cell
 
     def seeds(*entries):
         return [
@@ -221,24 +221,35 @@ def test_a_median_the_censored_seeds_leave_undetermined_is_given_as_the_bound_it
         ]
 
     exact = seeds((0.3, False, False), (0.5, False, False), (0.4, False, False))
-    assert median_bounds(exact, "r") == [0.4, 0.4] and median_cell(0.4, [0.4, 0.4]) == "0.40"
+    assert median_bounds(exact, "r") == [0.4, 0.4] and ratio_median(0.4, [0.4, 0.4]) == "0.40"
     moved_nowhere = seeds((0.3, False, False), (2.0, True, False), (0.1, False, True))  # 0.3 whatever they hide
     assert median_bounds(moved_nowhere, "r") == [0.3, 0.3]
     ours_never = seeds((0.08, True, False), (0.09, True, False), (0.12, False, False))
-    assert median_bounds(ours_never, "r") == [0.09, None] and median_cell(0.09, [0.09, None]) == (
+    assert median_bounds(ours_never, "r") == [0.09, None] and ratio_median(0.09, [0.09, None]) == (
         "not reached in the budget, >= 0.09"  # a bound under parity: the budget ended before the baseline's time
     )
-    assert median_cell(1.61, [1.61, None]) == ">= 1.61"
+    assert ratio_median(1.61, [1.61, None]) == ">= 1.61"
     baseline_never = seeds((0.27, False, True), (0.45, False, True), (0.44, False, False))
-    assert median_bounds(baseline_never, "r") == [0.0, 0.44] and median_cell(0.44, [0.0, 0.44]) == "<= 0.44"
+    assert median_bounds(baseline_never, "r") == [0.0, 0.44] and ratio_median(0.44, [0.0, 0.44]) == "<= 0.44"
     one_each_way = seeds((0.27, False, False), (0.45, False, True), (0.44, False, False))
-    assert median_bounds(one_each_way, "r") == [0.27, 0.44] and median_cell(0.44, [0.27, 0.44]) == "0.27 to 0.44"
+    assert median_bounds(one_each_way, "r") == [0.27, 0.44] and ratio_median(0.44, [0.27, 0.44]) == "0.27 to 0.44"
     assert median_bounds(seeds((1.0, True, True)), "r") == [0.0, None] and median_bounds([], "r") is None
     neither = seeds((2.9, True, True), (3.2, True, True), (3.0, True, True))  # e.g. a published figure no run reached
-    assert median_bounds(neither, "r") == [0.0, None] and median_cell(3.0, [0.0, None]) == "undetermined"
+    assert median_bounds(neither, "r") == [0.0, None] and ratio_median(3.0, [0.0, None]) == "undetermined"
     paired = {"r": {"n": 3, "median": 3.0, "min": 2.9, "max": 3.2}, "r_median_bounds": [0.0, None], "censored": 3,
               "baseline_censored": 3, "both_at_first_evaluation": 0}  # fmt: skip
     assert ratio_cell(paired, "r") == "undetermined (ours censored in 3; baseline censored in 3)"
+
+
+def test_every_figure_is_written_by_the_one_formatter_of_its_kind_of_cell():
+    from benchmarks.cells import estimate, interval, median_range, number
+
+    assert number(123.456) == "123" and number(-12.345) == "-12.3" and number(0.4567, ".2f") == "0.46"
+    assert number(None) == "-" and number(float("nan"), ".2f") == "-"
+    assert median_range([3.0, None, 1.0, float("inf"), 2.0]) == "2.0 [1.0, 3.0]" and median_range([5.0]) == "5.0"
+    assert median_range([]) == "-" and median_range([1500.0, 900.0], ".0f") == "1200 [900, 1500]"
+    assert interval("<= 0.44", 0.27, 0.5, ".2f") == "<= 0.44 [0.27, 0.50]" and interval(None, 1.0, 2.0) == "-"
+    assert estimate({"p": 0.5, "low": 0.25, "high": 0.75}, "p", ".2f") == "0.50 [0.25, 0.75]" and estimate(None, "p") == "-"
 
 
 def test_paired_ratios_are_against_the_baselines_own_steps_to_the_same_return():
@@ -448,8 +459,8 @@ def test_no_ratio_where_the_baseline_ends_at_an_untrained_or_random_return_or_bo
 
 def test_a_seed_where_both_hold_the_return_from_the_first_evaluation_bounds_nothing():
     """Both times are only known to be at most the grid's first point: that seed's ratio may be anything."""
+    from benchmarks.cells import ratio_cell
     from benchmarks.summary import median_bounds
-    from benchmarks.tables import ratio_cell
 
     def seed(ratio, both_first):
         return {"r": ratio, "censored": False, "baseline_censored": False, "both_at_first_evaluation": both_first}

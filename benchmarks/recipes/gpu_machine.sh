@@ -178,7 +178,7 @@ part impala "$LIMIT_IMPALA" "$PYTHON" -m benchmarks throughput --algo "impala[n_
 import sys
 from pathlib import Path
 
-from benchmarks.tables import gpu_overlap_table, ray_scaling_table
+from benchmarks.profiling.tables import gpu_overlap_table, ray_scaling_table
 
 data = Path(sys.argv[1])
 print((data / "parts.tsv").read_text())

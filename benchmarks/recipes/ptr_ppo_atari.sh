@@ -44,10 +44,10 @@ python -m benchmarks run --algos ptr_ppo ppo --env BowlingNoFrameskip-v4 $T2 --o
 # NameThisGame's test games are long too: SB3 PPO's seed 0 took 37 minutes, 13.8 of them training.
 python -m benchmarks run --algos ptr_ppo ppo --env NameThisGameNoFrameskip-v4 $T2 --out "$OUT/table2"
 python -m benchmarks run --algos ptr_ppo ppo --env BreakoutNoFrameskip-v4 $T2 --out "$OUT/table2"
-# The table of games (docs/results_before_protocol.md): each game's evaluation at 160000 steps, per seed and median, and the ratios.
-python -m benchmarks report --across-envs "$OUT"/table2/*.json
-# Every evaluation of every run (the per-game curves' tables).
-python -m benchmarks report --evaluations "$OUT"/table2/*.json
+# docs/results_before_protocol.md's table of games and every-evaluation tables came from `python -m benchmarks report
+# --across-envs` and `report --evaluations` on "$OUT"/table2/*.json, removed after commit 3fe1ec7 (`git checkout
+# 3fe1ec7 -- benchmarks/` brings them back); the protocol's table of games is `python -m benchmarks tables`'
+# ptr_ppo_atari (benchmarks/tables.yml).
 
 # The trajectory priorities on one game (3 seeds each): mean and reward against max (the yml's priority) and PPO.
 # The docs' ppo and ptr_ppo (max) rows are the Qbert line's runs above, so a sitting runs only the two variants
