@@ -28,8 +28,9 @@ Kinds:
   across games, the IQM of human-normalised scores with its interval, the probability of improvement, and a
   performance profile (``profile.png`` in the data folder).
 
-The README's table gives, per row, the result, the baseline's, the probability of improvement (P(better)) and the
-paired ratio (or why there is none).
+The README's table gives, per row, the result, the baseline's, the probability of improvement (P(better)), the
+paired ratio (or why there is none) and, for a row that names its ``ablation`` (the method with its mechanism off,
+all else equal, run in the same table), the probability of ending better than the ablation.
 
 The manifest's ``labels`` give an algo whose spec is long (its settings in brackets) a short name for the pages;
 each table says, below it, what its labels stand for.
@@ -345,7 +346,7 @@ def atari_table(table: Table, write_files: bool) -> str:
 def readme_table(manifest: dict[str, Any], tables: dict[str, Table]) -> str:
     """The README's rows: each from its table, or marked as not yet re-measured."""
     header = ["algorithm", "environment", "budget", "result", "against", "P(better) [95% CI]",
-              "paired ratio (median [min, max] over seeds)", "seeds"]  # fmt: skip
+              "paired ratio (median [min, max] over seeds)", "seeds", "P(better than its ablation)"]  # fmt: skip
     rows = []
     for row in manifest["readme"]:
         table = tables.get(row.get("table", ""))
@@ -355,8 +356,34 @@ def readme_table(manifest: dict[str, Any], tables: dict[str, Table]) -> str:
             cells = comparison_row(table, row)
         else:
             cells = [NOT_YET, row["against"], "-", "-", "-"]
-        rows.append([row["algorithm"], row["env"], row["budget"], *cells])
+        rows.append([row["algorithm"], row["env"], row["budget"], *cells, ablation_cell(table, row)])
     return "\n".join(markdown_table(header, rows)) + "\n"
+
+
+def ablation_cell(table: Table | None, row: dict[str, Any]) -> str:
+    """
+    The probability that the row's method ends better than its ablation (``ablation`` in the README row: the same
+    algo with its mechanism off, all else equal, run in the row's table), over the ablation's seeds; "-" for a row
+    that names no ablation, "not yet measured" until its runs are in the table.
+    """
+    ablation = row.get("ablation")
+    if ablation is None:
+        return "-"
+    label = table.label(ablation) if table is not None else ablation
+    if table is None:
+        return f"not yet run ({label})"
+    if table.kind == "atari":
+        _, matrices = table.atari_matrices()
+        if ablation not in matrices or row["algo"] not in matrices:
+            return f"not yet run ({label})"
+        return f"{estimate(probability_of_improvement(matrices[row['algo']], matrices[ablation]), 'p', '.2f')} ({label})"
+    if row["env"] not in table.points:
+        return f"not yet run ({label})"
+    algos = table.summary(row["env"])["algos"]
+    if ablation not in algos or row["algo"] not in algos:
+        return f"not yet run ({label})"
+    ours, off = ([value for value in compared_returns(algos[algo]) if value is not None] for algo in (row["algo"], ablation))
+    return f"{estimate(probability_of_improvement(ours, off), 'p', '.2f')} ({label})"
 
 
 def comparison_row(table: Table, row: dict[str, Any]) -> list[str]:

@@ -488,6 +488,28 @@ def test_an_iqm_over_fewer_than_4_runs_is_named_the_mean_and_the_readme_gives_p_
         header = f"| algo | seeds | return at the budget | {name} [95% CI] | P(better than ppo) [95% CI] |"
         assert header in (root / "docs" / "results.md").read_text()
     readme = (root / "README.md").read_text()
-    assert "| result | against | P(better) [95% CI] | paired ratio (median [min, max] over seeds) | seeds |" in readme
+    assert "| paired ratio (median [min, max] over seeds) | seeds | P(better than its ablation) |" in readme
     row = "| X | Env-v0 | 4k steps | 51.5 [50.0, 53.0] | PPO 30.0 [30.0, 30.0] | 1.00 [1.00, 1.00] |"
-    assert row + " 0.50 [0.50, 0.50] the steps to 30.0 | 4 |" in readme
+    assert row + " 0.50 [0.50, 0.50] the steps to 30.0 | 4 | - |" in readme
+
+
+def test_the_readme_gives_p_better_than_the_ablation_once_it_ran_in_the_rows_table(tmp_path, monkeypatch):
+    monkeypatch.setattr(statistics, "BOOTSTRAP_REPS", 100)
+    row = {"algorithm": "X", "env": "Env-v0", "budget": "4k steps", "table": "x", "algo": "impact", "against": "PPO",
+           "measure": "steps", "ablation": "impact[collector=sync]"}  # fmt: skip
+    seeds = (100, 101, 102)
+    curves = {("ppo", seed): [0, 5, 10, 20, 30] for seed in seeds}
+    curves.update({("impact", seed): [0, 20, 30, 40, 50 + seed - 100] for seed in seeds})
+    root = repository(tmp_path / "before", [entry("x", ["Env-v0"])], [row])
+    write_table(root / "data" / "x", "Env-v0", curves)
+    tables_main(root)
+    assert "the steps to 30.0 | 3 | not yet run (impact[collector=sync]) |" in (root / "README.md").read_text()
+    # Ours ends at 50, 51, 52; the ablation at 40, 45, 60: ours is above in 6 of the 9 pairs of runs.
+    curves.update(
+        {("impact[collector=sync]", seed): [0, 10, 20, 30, value] for seed, value in zip(seeds, (40, 45, 60), strict=True)}
+    )
+    root = repository(tmp_path / "after", [entry("x", ["Env-v0"])], [row])
+    write_table(root / "data" / "x", "Env-v0", curves)
+    tables_main(root)
+    readme = (root / "README.md").read_text()
+    assert "the steps to 30.0 | 3 | 0.67 [" in readme and "] (impact[collector=sync]) |" in readme
