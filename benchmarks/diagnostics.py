@@ -1,52 +1,69 @@
 """
 What every benchmark run stores beside its returns, so that a collapse can be seen rather than inferred: at each
 evaluation point, the SB3 logger's ``train/``, ``rollout/`` and ``collector/`` values that the algorithm wrote since
-the previous point (each the mean over the logger's dumps in between: entropy, approximate KL, clip fraction,
-learning rate, value loss, PPO-AMBER's active batches, PTR-PPO's replay share and importance ratios, ...), and,
-for ``Box`` actions, ``action_mean_abs``: the mean over the evaluation's observations and the action's
-dimensions of ``|mu(s)|``, the policy's Gaussian mean before any clipping or squashing (an action mean that
-drifts out of the action box shows here, where clipped actions cannot show it).
+the previous point (each the mean over the values dumped in between and those recorded since the last dump, each
+counted once: entropy, approximate KL, clip fraction, learning rate, value loss, PPO-AMBER's active batches,
+PTR-PPO's replay share and importance ratios, ...), and, for ``Box`` actions, ``action_mean_abs``: the mean over the
+evaluation's observations and the action's dimensions of ``|mu(s)|``, the policy's Gaussian mean before any
+clipping or squashing (a mean that drifts out of the action box shows here, where clipped actions cannot show it).
 
-Each run writes ``OUT/records/ENV/diagnostics/ALGO_seedN.csv`` (one row per evaluation point, joined to
-``ENV.csv`` by algo, seed and steps); ``python -m benchmarks run ... --plot-diagnostics KEY ...`` (also with
-``--summarize``) draws ``ENV_diagnostics.png``: the return curve with one panel per key under it.
+Each run writes ``OUT/records/ENV/diagnostics/ALGO_seedN.csv`` (``benchmarks/recorders.py``: one row per evaluation
+point, joined to ``ENV.csv`` by algo, seed and steps); ``python -m benchmarks run ... --plot-diagnostics KEY ...``
+(also with ``--summarize``) draws ``ENV_diagnostics.png``: the return curve with one panel per key under it.
 """
 
-import csv
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
+import pandas as pd
 import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.logger import KVWriter
 from stable_baselines3.common.policies import ActorCriticPolicy
 
-from benchmarks.output import EvalPoint, add_legend_below, curve_colors, plot_median_band
-from benchmarks.recorders import Recorder, read_records, record_path
+from benchmarks.output import EvalPoint
+from benchmarks.plot import plot_panels
+from benchmarks.recorders import DIAGNOSTICS, ROW_KEYS, Recorder, read_records, record_path
 
 LOGGED_PREFIXES = ("train/", "rollout/", "collector/")
 MAX_OBSERVATIONS = 4096  # of an evaluation, for action_mean_abs
 
 
-class DumpedValues(KVWriter):
-    """An SB3 logger output that keeps every numeric value of the logged prefixes the logger dumps."""
+class LoggedValues(KVWriter):
+    """
+    An SB3 logger output that keeps every numeric value of the logged prefixes the logger dumps, and those an
+    evaluation takes before their dump (``take``): a value taken so is not counted again when it is dumped (unless
+    the algorithm recorded its key anew, with another value, in between).
+    """
 
     def __init__(self) -> None:
         self.values: dict[str, list[float]] = defaultdict(list)
+        self.taken: dict[str, Any] = {}
+
+    def add(self, key_values: dict[str, Any]) -> dict[str, Any]:
+        """Keep the logged numeric values of ``key_values`` not taken yet; returns all of them."""
+        numbers = (int, float, np.integer, np.floating)
+        logged = {k: v for k, v in key_values.items() if k.startswith(LOGGED_PREFIXES) and isinstance(v, numbers)}
+        for key, value in logged.items():
+            if self.taken.get(key) != value:
+                self.values[key].append(float(value))
+        return logged
 
     def write(self, key_values: dict[str, Any], key_excluded: dict[str, Any], step: int = 0) -> None:
-        add_logged(self.values, key_values)
+        self.add(key_values)
+        self.taken = {}
+
+    def take(self, recorded: dict[str, Any]) -> dict[str, float]:
+        """Each key's mean over the values dumped since the last call and ``recorded`` (the logger's, not dumped)."""
+        self.taken.update(self.add(recorded))
+        means = {key: float(np.mean(values)) for key, values in sorted(self.values.items()) if values}
+        self.values.clear()
+        return means
 
     def close(self) -> None:
         """Nothing to release."""
-
-
-def add_logged(values: dict[str, list[float]], key_values: dict[str, Any]) -> None:
-    for key, value in key_values.items():
-        if key.startswith(LOGGED_PREFIXES) and isinstance(value, (int, float, np.integer, np.floating)):
-            values[key].append(float(value))
 
 
 def action_mean_abs(policy: Any, observations: np.ndarray) -> float:
@@ -75,17 +92,16 @@ def action_mean_abs(policy: Any, observations: np.ndarray) -> float:
 class DiagnosticsRecorder(Recorder):
     """Attached to every run: the logger's values and ``action_mean_abs`` at every evaluation point."""
 
-    name = "diagnostics"
+    name = DIAGNOSTICS
     algo = ""  # every algorithm
-    fields: ClassVar[list[str]] = []  # the columns are the keys the run logged (``write``)
 
     def __init__(self, algo: str, seed: int) -> None:
         super().__init__(algo, seed)
-        self.dumped = DumpedValues()
+        self.logged = LoggedValues()
         self.observations: list[np.ndarray] = []
 
     def _on_training_start(self) -> None:
-        self.model.logger.output_formats.append(self.dumped)
+        self.model.logger.output_formats.append(self.logged)
 
     def wants_observations(self) -> bool:
         return isinstance(self.model.action_space, spaces.Box)
@@ -95,10 +111,7 @@ class DiagnosticsRecorder(Recorder):
             self.observations.append(np.array(observation))
 
     def on_evaluation(self) -> None:
-        logged = self.dumped.values
-        add_logged(logged, self.model.logger.name_to_value)  # recorded since the last dump
-        row: dict[str, Any] = {key: float(np.mean(values)) for key, values in sorted(logged.items()) if values}
-        logged.clear()
+        row = self.logged.take(self.model.logger.name_to_value)
         if self.wants_observations():
             row["action_mean_abs"] = (
                 action_mean_abs(self.model.policy, np.stack(self.observations)) if self.observations else float("nan")
@@ -106,76 +119,30 @@ class DiagnosticsRecorder(Recorder):
         self.observations = []
         self.add_row(**row)
 
-    def write(self, path: Path) -> None:
-        write_rows(path, self.rows)
-
-
-def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
-    """Diagnostics rows as a CSV, with the union of their keys as columns (empty where a row lacks one)."""
-    columns: dict[str, None] = {}
-    for row in rows:
-        columns.update(dict.fromkeys(row))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as file:
-        writer = csv.DictWriter(file, fieldnames=list(columns))
-        writer.writeheader()
-        writer.writerows(rows)
-
 
 def diagnostics_path(out: Path, env_id: str, algo: str, seed: int) -> Path:
-    return record_path(out, env_id, DiagnosticsRecorder.name, algo, seed)
+    return record_path(out, env_id, DIAGNOSTICS, algo, seed)
 
 
-def logged_key(rows: list[dict[str, Any]], name: str) -> str:
+def logged_key(rows: pd.DataFrame, name: str) -> str:
     """The column ``name`` stands for: itself, or the one logged key ending in ``/name`` (``entropy_loss``)."""
-    columns = {key for row in rows for key in row}
-    if name in columns:
+    if name in rows:
         return name
-    matches = sorted(key for key in columns if key.endswith(f"/{name}"))
+    matches = sorted(key for key in rows if key.endswith(f"/{name}"))
     if len(matches) != 1:
-        found = ", ".join(matches) or "none; the runs logged " + ", ".join(sorted(columns - {"algo", "seed", "steps"}))
+        found = ", ".join(matches) or "none; the runs logged " + ", ".join(sorted(set(rows) - set(ROW_KEYS)))
         raise ValueError(f"diagnostic {name!r}: {'ambiguous, ' if matches else ''}{found}")
     return matches[0]
 
 
 def plot_diagnostics(out: Path, env_id: str, points: list[EvalPoint], names: list[str]) -> Path | None:
     """
-    ``OUT/ENV_diagnostics.png``: the evaluation return against env steps (median and min/max band over seeds of
-    each algo), and under it one panel per diagnostic in ``names`` (a logged key or its last part). Nothing where
-    the runs stored no diagnostics.
+    ``OUT/ENV_diagnostics.png``: the evaluation return against env steps, and under it one panel per diagnostic in
+    ``names`` (a logged key or its last part). Nothing where the runs stored no diagnostics.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = read_records(out, env_id, DiagnosticsRecorder.name)
-    if not rows or not names:
+    rows = read_records(out, env_id, DIAGNOSTICS)
+    if rows.empty or not names:
         return None
-    keys = [logged_key(rows, name) for name in names]
-    figure, axes = plt.subplots(1 + len(keys), 1, figsize=(8, 2.6 * (1 + len(keys))), sharex=True, squeeze=False)
-    algos = sorted({point.algo for point in points if point.status == "ok"})
-    for algo, color in zip(algos, curve_colors(len(algos)), strict=True):
-        runs: dict[int, list[EvalPoint]] = defaultdict(list)
-        for point in points:
-            if point.algo == algo and point.status == "ok":
-                runs[point.seed].append(point)
-        xy = [([p.steps for p in run], [p.eval_mean for p in run]) for run in runs.values()]
-        plot_median_band(axes[0][0], xy, f"{algo} ({len(runs)} seeds)", color)
-        for axis, key in zip(axes[1:, 0], keys, strict=True):
-            curves = defaultdict(list)
-            for row in rows:
-                if row["algo"] == algo and row.get(key) not in (None, ""):
-                    curves[row["seed"]].append((float(row["steps"]), float(row[key])))
-            if curves:
-                plot_median_band(axis, [tuple(zip(*curve, strict=True)) for curve in curves.values()], algo, color)
-    axes[0][0].set_ylabel("evaluation return")
-    for axis, key in zip(axes[1:, 0], keys, strict=True):
-        axis.set_ylabel(key, fontsize=8)
-    axes[-1][0].set_xlabel("environment steps")
-    figure.suptitle(env_id)
-    add_legend_below(figure, axes[0][0])
     path = out / f"{env_id}_diagnostics.png"
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
+    plot_panels(points, rows, [logged_key(rows, name) for name in names], path, env_id)
     return path

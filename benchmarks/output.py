@@ -1,19 +1,17 @@
-"""What a benchmark writes: evaluation points, the machine they ran on, CSV, JSON and learning-curve plots."""
+"""What a benchmark writes: evaluation points and other rows as CSV (pandas), JSON, the machine they ran on."""
 
 import contextlib
-import csv
 import importlib.metadata
 import json
 import os
 import platform
 import time
-import warnings
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+import pandas as pd
 import torch as th
 
 
@@ -42,6 +40,10 @@ class EvalPoint:
     error: str = ""
     device: str = ""
     machine: str = ""
+
+
+EVAL_COLUMNS = [field.name for field in fields(EvalPoint)]
+TEXT_COLUMNS = {"algo": str, "env": str, "status": str, "error": str, "device": str, "machine": str}
 
 
 def machine_description(device: str = "cpu") -> dict[str, Any]:
@@ -112,116 +114,26 @@ def merge_sittings(previous: dict[str, Any] | None, current: dict[str, Any]) -> 
     return {**current, "earlier_sittings": earlier} if earlier else current
 
 
-def write_csv(points: list[EvalPoint], path: Path) -> None:
+def write_rows(path: Path, rows: Iterable[dict[str, Any]], columns: list[str] | None = None, na_rep: str = "") -> None:
+    """
+    Rows as a CSV: ``columns``, or the union of the rows' keys in their order; each value as Python writes it (an
+    int stays an int in a column with gaps), ``na_rep`` where a row has no value or a NaN.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as file:
-        writer = csv.DictWriter(file, fieldnames=list(asdict(points[0]).keys()) if points else list(EvalPoint.__annotations__))
-        writer.writeheader()
-        for point in points:
-            writer.writerow(asdict(point))
+    frame = pd.DataFrame(list(rows), columns=columns, dtype=object)
+    frame.to_csv(path, index=False, na_rep=na_rep, lineterminator="\r\n")
+
+
+def write_csv(points: list[EvalPoint], path: Path) -> None:
+    write_rows(path, map(asdict, points), EVAL_COLUMNS, na_rep="nan")
 
 
 def read_csv(path: Path) -> list[EvalPoint]:
-    with open(path) as file:
-        return [
-            EvalPoint(
-                row["algo"],
-                row["env"],
-                int(row["seed"]),
-                int(row["steps"]),
-                float(row["wall_seconds"]),
-                float(row["eval_mean"]),
-                float(row["eval_std"]),
-                row.get("status", "ok"),
-                row.get("error", ""),
-                row.get("device", ""),
-                row.get("machine", ""),
-            )
-            for row in csv.DictReader(file)
-        ]
+    """The points of ``path``; an older file without the last columns gets their defaults."""
+    frame = pd.read_csv(path, dtype=TEXT_COLUMNS, keep_default_na=False, na_values=["nan"], float_precision="round_trip")
+    return [EvalPoint(**row) for row in frame.to_dict("records")]
 
 
 def write_json(data: dict[str, Any], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2))
-
-
-def plot_median_band(axis: Any, runs: Sequence[tuple[Sequence[float], Sequence[float]]], label: str, color: Any = None) -> Any:
-    """
-    One curve per group of runs on ``axis``: the median over runs of y against x, with a min/max band. A run spans
-    its first to its last point (nan outside), so a curve is the median of the runs there (a diagnostic logged
-    from the first training on starts there). Returns the curve's color.
-    """
-    grid = np.linspace(0, max(xs[-1] for xs, _ in runs), 100)
-    curves = np.array([np.interp(grid, xs, ys, left=np.nan, right=np.nan) for xs, ys in runs])
-    with warnings.catch_warnings():  # grid points that no run covers stay empty
-        warnings.simplefilter("ignore", RuntimeWarning)
-        median, low, high = np.nanmedian(curves, axis=0), np.nanmin(curves, axis=0), np.nanmax(curves, axis=0)
-    (line,) = axis.plot(grid, median, label=label, color=color)
-    axis.fill_between(grid, low, high, alpha=0.2, color=line.get_color())
-    return line.get_color()
-
-
-def add_legend_below(figure: Any, axis: Any) -> None:
-    """One legend for the figure, below its axes, so that it hides no curve whatever the number of variants and
-    the length of their names; the figure grows by the legend's rows. Then ``tight_layout``."""
-    handles, labels = axis.get_legend_handles_labels()
-    if not handles:
-        figure.tight_layout()
-        return
-    width, height = figure.get_size_inches()
-    characters_per_column = max(map(len, labels)) + 6  # with the line sample; about 14 characters an inch
-    columns = max(1, min(len(labels), int(width * 14) // characters_per_column))
-    rows = -(-len(labels) // columns)
-    legend_height = 0.18 * rows + 0.15
-    figure.set_size_inches(width, height + legend_height)
-    figure.legend(handles, labels, loc="lower center", ncol=columns, fontsize="small", frameon=False)
-    figure.tight_layout(rect=(0, legend_height / (height + legend_height), 1, 1))
-
-
-def curve_colors(count: int) -> list[tuple[float, ...]]:
-    """``count`` colours: tab10's up to 10 curves; past that tab20's dark shades, then its light ones (tab20 lists
-    each hue's two shades side by side), repeating past 20."""
-    import matplotlib
-
-    if count <= 10:
-        return [matplotlib.colormaps["tab10"].colors[index] for index in range(count)]
-    shades = matplotlib.colormaps["tab20"].colors
-    ordered = [*shades[::2], *shades[1::2]]
-    return [ordered[index % len(ordered)] for index in range(count)]
-
-
-def plot_curves(points: list[EvalPoint], path: Path, threshold: float | None = None) -> None:
-    """
-    Median and min/max band over seeds of the evaluation return, against env steps and against wall seconds;
-    where runs ended at different points, over the runs that got that far.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    several_machines = len({point.machine for point in points}) > 1
-    groups = sorted({(point.algo, point.machine) for point in points if point.status == "ok"})
-    palette = curve_colors(len(groups))
-    for index, (algo, machine) in enumerate(groups):
-        color = palette[index]
-        runs: dict[int, list[EvalPoint]] = {}
-        for point in points:
-            if (point.algo, point.machine) == (algo, machine) and point.status == "ok":
-                runs.setdefault(point.seed, []).append(point)
-        label = f"{algo} [{machine}]" if several_machines else algo
-        for axis, attribute in zip(axes, ("steps", "wall_seconds"), strict=True):
-            xy = [([getattr(p, attribute) for p in run], [p.eval_mean for p in run]) for run in runs.values()]
-            plot_median_band(axis, xy, f"{label} ({len(runs)} seeds)", color)
-    for axis, label in zip(axes, ("environment steps", "wall seconds (evaluation excluded)"), strict=True):
-        axis.set_xlabel(label)
-        axis.set_ylabel("evaluation return (stochastic policy on Atari, else deterministic)")
-        if threshold is not None:
-            axis.axhline(threshold, color="gray", linestyle="--", linewidth=1)
-    figure.suptitle(points[0].env if points else "")
-    add_legend_below(figure, axes[0])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=100)
-    plt.close(figure)

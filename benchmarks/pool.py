@@ -26,8 +26,8 @@ from stable_baselines3.common.vec_env import (
 from tqdm.auto import tqdm
 
 from benchmarks.config import algo_class, load_zoo_hyperparams, make_training_env, split_env_params
-from benchmarks.diagnostics import DiagnosticsRecorder, diagnostics_path, write_rows
-from benchmarks.output import EvalPoint, machine_id
+from benchmarks.diagnostics import DiagnosticsRecorder, diagnostics_path
+from benchmarks.output import EvalPoint, machine_id, write_rows
 from benchmarks.peers import is_peer, run_peer
 from benchmarks.recorders import Recorder, record_path, recorders_for
 

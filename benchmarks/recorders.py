@@ -1,42 +1,48 @@
 """
-What a run records besides its evaluation returns: ``python -m benchmarks run ... --record NAME`` attaches a
-recorder to every run of the algorithm it is for, and draws ``ENV_NAME.png`` from what the runs recorded.
+What a run records beside its evaluation returns: rows keyed by algo, seed and ``steps``, written through one path
+(``Recorder.write``) to ``OUT/records/ENV/NAME/ALGO_seedN.csv`` by the run's own process (a ``--jobs`` worker too);
+the parent draws ``OUT/ENV_NAME.png`` from every run's rows after each finished run. Every run records its
+``diagnostics`` (``benchmarks/diagnostics.py``: the logger's values at each evaluation point); ``python -m
+benchmarks run ... --record NAME`` adds, for the runs of NAME's algorithm, what that algorithm does not log:
 
-- ``refer`` (``vracer``): at every evaluation point, the far-policy fraction of the replay memory (against the
-  current c_max), the mean ``D_KL(mu || pi)`` between the current policy and the behaviours of 2048 steps drawn
-  from the memory, ReF-ER's beta and c_max (the paper's Figures 4-5, with ``vracer[refer_rules=...]`` variants);
-- ``active_batches`` (``ppo_amber``): after every iteration, the active and stored batches, the mean and max R'
-  of the stored past batches and the batch drop factor (the AMBER paper's Figure 5);
-- ``priorities`` (``ptr_ppo``): after every iteration, the priority of every segment in the memory, oldest
-  first (the PTR-PPO paper's Figures 8 and 10, drawn as a heatmap of each algo's first seed).
+- ``refer`` (``vracer``): at every evaluation point, the far-policy fraction of the whole replay memory (against the
+  current c_max) and the mean ``D_KL(mu || pi)`` over 2048 steps drawn from it; drawn under the return with the
+  diagnostics' ``train/beta`` (the paper's Figures 4-5, with ``vracer[refer_rules=...]`` variants);
+- ``priorities`` (``ptr_ppo``): after every iteration, the priority of every segment in the memory, oldest first
+  (the PTR-PPO paper's Figures 8 and 10, drawn as a heatmap of each algo's first seed).
 
-Each run writes ``OUT/records/ENV/NAME/ALGO_seedN.csv`` itself (from its worker process with ``--jobs``); the
-parent draws the figure from all of them after every finished run.
+What an algorithm logs is a diagnostic, not a recorder: PPO-AMBER's active and stored batches, R' and eps_b (the
+AMBER paper's Figure 5; the ``active_batches`` recorder before) are ``train/active_batches``,
+``train/stored_batches``, ``train/replay_ratio_mean`` and ``train/batch_drop_factor``; with ``--eval-freq`` equal to
+an iteration's steps, each diagnostics row is one iteration's (``--plot-diagnostics active_batches ...``).
 """
 
-import csv
 import re
-from abc import abstractmethod
-from collections.abc import Callable
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
+import pandas as pd
 import torch as th
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.utils import obs_as_tensor
 
 from benchmarks.config import ALGOS, algo_class
-from benchmarks.output import add_legend_below, curve_colors, plot_median_band
+from benchmarks.output import EvalPoint, write_rows
+from benchmarks.plot import plot_heatmaps, plot_panels
 from sb3_impact.common.refer import diag_gaussian_kl
+
+ROW_KEYS = ["algo", "seed", "steps"]
+DIAGNOSTICS = "diagnostics"
 
 
 class Recorder(BaseCallback):
-    """A callback that collects rows of model statistics; ``fields`` are its columns after algo, seed and steps."""
+    """A callback that collects rows of model statistics, each keyed by algo, seed and the model's steps."""
 
-    name: ClassVar[str]  # what --record calls it
+    name: ClassVar[str]  # what --record calls it, and its folder under OUT/records/ENV/
     algo: ClassVar[str]  # the algorithm it applies to
-    fields: ClassVar[list[str]]
+    plotted: ClassVar[list[str]] = []  # the columns its figure draws under the return (none: a heatmap)
 
     def __init__(self, algo: str, seed: int) -> None:
         super().__init__()
@@ -60,17 +66,13 @@ class Recorder(BaseCallback):
         return True
 
     def write(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "w", newline="") as file:
-            writer = csv.DictWriter(file, fieldnames=["algo", "seed", "steps", *self.fields])
-            writer.writeheader()
-            writer.writerows(self.rows)
+        write_rows(path, self.rows)
 
 
 class ReFERRecorder(Recorder):
     name = "refer"
     algo = "vracer"
-    fields: ClassVar[list[str]] = ["far_fraction", "kl_mu_pi", "beta", "c_max"]
+    plotted: ClassVar[list[str]] = ["far_fraction", "kl_mu_pi", "train/beta"]
     kl_samples = 2048
 
     def memory_kl(self) -> float:
@@ -89,74 +91,32 @@ class ReFERRecorder(Recorder):
         rng_state = np.random.get_state()  # the memory draws with numpy's global RNG: leave training's draws alone
         kl = self.memory_kl()
         np.random.set_state(rng_state)
-        model = self.model
-        self.add_row(far_fraction=model.replay_buffer.far_fraction(), kl_mu_pi=kl, beta=model.beta, c_max=model.c_max)
+        self.add_row(far_fraction=self.model.replay_buffer.far_fraction(), kl_mu_pi=kl)
 
 
-class IterationRecorder(Recorder):
-    """Records after every training phase: read at the start of the next rollout, and at the end of training."""
+class PrioritiesRecorder(Recorder):
+    """After every training phase (read at the start of the next rollout, and at the end of training)."""
+
+    name = "priorities"
+    algo = "ptr_ppo"
 
     def __init__(self, algo: str, seed: int) -> None:
         super().__init__(algo, seed)
         self._recorded_at = -1
 
-    @abstractmethod
-    def record_iteration(self) -> None:
-        """Add this iteration's rows."""
-
-    def _record_once(self) -> None:
-        if self.model.num_timesteps != self._recorded_at:  # training may end right after a rollout start
-            self._recorded_at = self.model.num_timesteps
-            self.record_iteration()
-
     def _on_rollout_start(self) -> None:
-        self._record_once()
-
-    def _on_training_end(self) -> None:
-        self._record_once()
-
-
-class ActiveBatchesRecorder(IterationRecorder):
-    name = "active_batches"
-    algo = "ppo_amber"
-    fields: ClassVar[list[str]] = [
-        "active_batches",
-        "stored_batches",
-        "replay_ratio_mean",
-        "replay_ratio_max",
-        "batch_drop_factor",
-    ]
-
-    def record_iteration(self) -> None:
-        model = self.model
-        if model.active_batches == 0:  # no training phase yet
-            return
-        past = model.replay_ratios[1:] or [1.0]
-        self.add_row(
-            active_batches=model.active_batches,
-            stored_batches=len(model.replay_memory or []),
-            replay_ratio_mean=float(np.mean(past)),
-            replay_ratio_max=float(np.max(past)),
-            batch_drop_factor=model.batch_drop_factor(model._current_progress_remaining),
-        )
-
-
-class PrioritiesRecorder(IterationRecorder):
-    name = "priorities"
-    algo = "ptr_ppo"
-    fields: ClassVar[list[str]] = ["position", "priority"]
-
-    def record_iteration(self) -> None:
         memory = self.model.replay_memory
-        if len(memory) == 0:
+        if self.model.num_timesteps == self._recorded_at or len(memory) == 0:  # training may end after a rollout start
             return
+        self._recorded_at = self.model.num_timesteps
         for position, priority in enumerate(memory.priorities[memory.filled_slots()]):
             self.add_row(position=position, priority=float(priority))
 
+    def _on_training_end(self) -> None:
+        self._on_rollout_start()
 
-RECORDERS: dict[str, type[Recorder]] = {
-    recorder.name: recorder for recorder in (ReFERRecorder, ActiveBatchesRecorder, PrioritiesRecorder)
-}
+
+RECORDERS: dict[str, type[Recorder]] = {recorder.name: recorder for recorder in (ReFERRecorder, PrioritiesRecorder)}
 
 
 def applies(name: str, algo: str) -> bool:
@@ -164,7 +124,7 @@ def applies(name: str, algo: str) -> bool:
     return algo_class(algo) is ALGOS[RECORDERS[name].algo]
 
 
-def recorders_for(algo: str, names: list[str] | tuple[str, ...], seed: int) -> list[Recorder]:
+def recorders_for(algo: str, names: Sequence[str], seed: int) -> list[Recorder]:
     """The recorders among ``names`` that apply to ``algo``."""
     return [RECORDERS[name](algo, seed) for name in names if applies(name, algo)]
 
@@ -182,81 +142,20 @@ def record_path(out: Path, env_id: str, name: str, algo: str, seed: int) -> Path
     return out / "records" / env_id / name / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', algo)}_seed{seed}.csv"
 
 
-def read_records(out: Path, env_id: str, name: str) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    for path in sorted((out / "records" / env_id / name).glob("*.csv")):
-        with open(path) as file:
-            rows += list(csv.DictReader(file))
-    return rows
+def read_records(out: Path, env_id: str, name: str) -> pd.DataFrame:
+    """Every run's rows of recorder ``name`` (no rows, with the key columns, where none recorded)."""
+    frames = [pd.read_csv(path) for path in sorted((out / "records" / env_id / name).glob("*.csv"))]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=ROW_KEYS)
 
 
-def _runs_by_algo(rows: list[dict[str, Any]]) -> dict[str, dict[int, list[dict[str, Any]]]]:
-    runs: dict[str, dict[int, list[dict[str, Any]]]] = {}
-    for row in rows:
-        runs.setdefault(row["algo"], {}).setdefault(int(row["seed"]), []).append(row)
-    return runs
-
-
-def plot_record_curves(rows: list[dict[str, Any]], fields: list[str], path: Path, title: str) -> None:
-    """One panel per field against env steps: each algo's median over seeds with a min/max band."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, axes = plt.subplots(1, len(fields), figsize=(4.8 * len(fields), 4), squeeze=False)
-    runs_by_algo = _runs_by_algo(rows)
-    for (algo, runs), color in zip(runs_by_algo.items(), curve_colors(len(runs_by_algo)), strict=True):
-        for axis, field in zip(axes[0], fields, strict=True):
-            xy = [([float(row["steps"]) for row in run], [float(row[field]) for row in run]) for run in runs.values()]
-            plot_median_band(axis, xy, f"{algo} ({len(runs)} seeds)", color)
-    for axis, field in zip(axes[0], fields, strict=True):
-        axis.set_xlabel("environment steps")
-        axis.set_ylabel(field)
-    figure.suptitle(title)
-    add_legend_below(figure, axes[0][0])
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-
-
-def plot_heatmaps(rows: list[dict[str, Any]], path: Path, title: str) -> None:
-    """Each algo's first seed: one row per iteration, the memory's priorities right-aligned (newest last)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    runs = _runs_by_algo(rows)
-    figure, axes = plt.subplots(1, len(runs), figsize=(4.5 * len(runs), 4), squeeze=False)
-    for axis, (algo, by_seed) in zip(axes[0], runs.items(), strict=True):
-        iterations: dict[int, list[float]] = {}
-        for row in by_seed[min(by_seed)]:
-            iterations.setdefault(int(row["steps"]), []).append(float(row["priority"]))
-        width = max(len(values) for values in iterations.values())
-        image = np.full((len(iterations), width), np.nan)
-        for index, values in enumerate(iterations.values()):
-            image[index, width - len(values) :] = values
-        shown = axis.imshow(image, aspect="auto", origin="lower", interpolation="nearest", cmap="viridis")
-        axis.set_title(f"{algo}, seed {min(by_seed)}", fontsize=9)
-        axis.set_xlabel("position in memory (left: oldest)")
-        axis.set_ylabel("iteration")
-        figure.colorbar(shown, ax=axis)
-    figure.suptitle(title)
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-
-
-PLOTS: dict[str, Callable[[list[dict[str, Any]], Path, str], None]] = {
-    "refer": lambda rows, path, title: plot_record_curves(rows, ["far_fraction", "kl_mu_pi", "beta"], path, title),
-    "active_batches": lambda rows, path, title: plot_record_curves(rows, ["active_batches", "replay_ratio_mean"], path, title),
-    "priorities": plot_heatmaps,
-}
-
-
-def plot_records(out: Path, env_id: str, names: list[str] | tuple[str, ...]) -> None:
+def plot_records(out: Path, env_id: str, points: list[EvalPoint], names: Sequence[str]) -> None:
     """Draw ``OUT/ENV_NAME.png`` for each recorder from every run's records so far."""
     for name in names:
-        rows = read_records(out, env_id, name)
-        if rows:
-            PLOTS[name](rows, out / f"{env_id}_{name}.png", f"{env_id}: {name}")
+        rows, path, title = read_records(out, env_id, name), out / f"{env_id}_{name}.png", f"{env_id}: {name}"
+        if rows.empty:
+            continue
+        if RECORDERS[name].plotted:  # beside the diagnostics of the same evaluation points
+            rows = rows.merge(read_records(out, env_id, DIAGNOSTICS), on=ROW_KEYS, how="left")
+            plot_panels(points, rows, RECORDERS[name].plotted, path, title)
+        else:
+            plot_heatmaps(rows, "priority", path, title)

@@ -24,7 +24,7 @@ Writes, per env, into ``--out`` (after every finished run, so Ctrl-C keeps what 
   min/max, and ratios against the baseline paired by seed and machine;
 - ``ENV.png``: return against env steps and against wall seconds (median and min/max band over seeds).
 With ``--record NAME``, each run of the algorithm NAME is for also records model statistics over training
-(``benchmarks/recorders.py``: ReF-ER's far-policy fraction and KL, PPO-AMBER's active batches, PTR-PPO's
+that it does not log (``benchmarks/recorders.py``: ReF-ER's far-policy fraction and KL over the memory, PTR-PPO's
 priorities) into ``OUT/records/ENV/NAME/`` and ``ENV_NAME.png``. Variants compare settings side by side, e.g.
 ``--algos "vracer[refer_rules=[1,2]]" "vracer[refer_rules=[]]" --record refer`` (the ReF-ER ablation).
 Every run also stores its diagnostics at each evaluation point (``benchmarks/diagnostics.py``: the logger's
@@ -53,12 +53,12 @@ from benchmarks.output import (
     machine_description,
     machine_differences,
     merge_sittings,
-    plot_curves,
     read_csv,
     write_csv,
     write_json,
 )
 from benchmarks.peers import PEER_STACK, check_peer, is_peer, peer_python, peer_software
+from benchmarks.plot import plot_curves
 from benchmarks.pool import RunSpec, failed_point, run_benchmark, run_in_parallel, sigterm_as_keyboard_interrupt
 from benchmarks.protocol import (
     ProtocolError,
@@ -241,7 +241,7 @@ def write_results(
     )
     write_json(summary, args.out / f"{env_id}.json")
     plot_curves(points, args.out / f"{env_id}.png", threshold)
-    plot_records(args.out, env_id, args.record)
+    plot_records(args.out, env_id, points, args.record)
     plot_diagnostics(args.out, env_id, points, args.plot_diagnostics)
     return summary
 

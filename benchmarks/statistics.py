@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.plot import new_figure, save_figure
+
 BOOTSTRAP_REPS = 2000
 IMPROVEMENT_REPS = 1000
 CONFIDENCE = 0.95
@@ -126,11 +128,7 @@ def probability_of_improvement(ours: np.ndarray | list, baseline: np.ndarray | l
 
 def plot_performance_profiles(score_dict: dict[str, np.ndarray], path: Path, xlabel: str) -> None:
     """rliable's performance profile (the fraction of runs scoring above tau) per algorithm, with 95% bands."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    figure, axes = new_figure(1, 1, (7, 4.5))
     library, _ = _rliable()
     from rliable import plot_utils
 
@@ -139,12 +137,8 @@ def plot_performance_profiles(score_dict: dict[str, np.ndarray], path: Path, xla
     taus = np.linspace(min(0.0, float(every.min())), float(every.max()) * 1.05 + 1e-9, 101)
     with _seeded_global_numpy():
         profiles, intervals = library.create_performance_profile(matrices, taus, reps=BOOTSTRAP_REPS)
-    figure, axis = plt.subplots(figsize=(7, 4.5))
     plot_utils.plot_performance_profiles(
-        profiles, taus, performance_profile_cis=intervals, ax=axis, xlabel=xlabel, colors=None
+        profiles, taus, performance_profile_cis=intervals, ax=axes[0][0], xlabel=xlabel, colors=None
     )
-    axis.legend(list(matrices), loc="upper right", fontsize="small")
-    figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
+    axes[0][0].legend(list(matrices), loc="upper right", fontsize="small")
+    save_figure(figure, path)

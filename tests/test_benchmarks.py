@@ -596,55 +596,42 @@ def test_iteration_cost_sections_add_up_and_count_sample_gradients(tmp_path, mon
 
 
 def test_recorders_write_each_runs_statistics_and_draw_them(tmp_path):
-    """--record: V-RACER's ReF-ER statistics at every evaluation, PPO-AMBER's active batches and PTR-PPO's
+    """--record: V-RACER's ReF-ER statistics at every evaluation (drawn with the diagnostics' beta) and PTR-PPO's
     priorities after every iteration, one CSV per run, one figure per recorder; variants side by side."""
-    import csv
-
-    from benchmarks.recorders import validate_recorders
+    from benchmarks.recorders import read_records, validate_recorders
 
     algos = ["vracer_default[learning_starts=200,refer_rules=[1,2]]", "vracer_default[learning_starts=200,refer_rules=[]]"]
-    algos += ["ppo_amber[n_envs=2,n_steps=64,batch_size=32,n_epochs=2]"]
     common = ["--seeds", "1", "--steps", "1024", "--eval-freq", "512", "--eval-episodes", "1", "--out", str(tmp_path)]
-    run_module.main(["--algos", *algos, "--env", "Pendulum-v1", "--record", "refer", "active_batches", *common])
+    run_module.main(["--algos", *algos, "--env", "Pendulum-v1", "--record", "refer", *common])
     ptr_ppo = ["ptr_ppo[priority=max]", "ptr_ppo[priority=mean]"]
     run_module.main(["--algos", *ptr_ppo, "--env", "CartPole-v1", "--record", "priorities", *common])
 
-    def rows(env: str, name: str) -> dict[str, list[dict]]:
-        by_algo: dict[str, list[dict]] = {}
-        for path in (tmp_path / "records" / env / name).glob("*.csv"):
-            with open(path) as file:
-                for row in csv.DictReader(file):
-                    by_algo.setdefault(row["algo"], []).append(row)
-        return by_algo
-
-    refer = rows("Pendulum-v1", "refer")
-    assert set(refer) == set(algos[:2])
-    for records in refer.values():
-        steps = [int(row["steps"]) for row in records]  # one row per evaluation point: at 0, about 512, at the end
+    refer = read_records(tmp_path, "Pendulum-v1", "refer")
+    assert set(refer["algo"]) == set(algos)
+    for _, records in refer.groupby("algo"):
+        steps = list(records["steps"])  # one row per evaluation point: at 0, about 512, at the end
         assert len(steps) == 3 and steps[0] == 0 and steps[-1] == 1024 and 512 <= steps[1] < 1024
-        assert all(0.0 <= float(row["far_fraction"]) <= 1.0 for row in records)
-        assert float(records[-1]["kl_mu_pi"]) >= 0.0
-    plain_er = refer[algos[1]]
-    assert all(float(row["beta"]) == 1.0 for row in plain_er)  # without rule 2 the penalty never moves
-    amber = rows("Pendulum-v1", "active_batches")[algos[2]]
-    assert len(amber) == 1024 // (2 * 64) and all(
-        1 <= int(row["active_batches"]) <= int(row["stored_batches"]) for row in amber
-    )
-    priorities = rows("CartPole-v1", "priorities")
-    assert set(priorities) == set(ptr_ppo)
-    for records in priorities.values():
-        assert all(float(row["priority"]) >= 0.0 for row in records)
+        assert records["far_fraction"].between(0.0, 1.0).all()
+        assert records["kl_mu_pi"].iloc[-1] >= 0.0
+    diagnostics = read_records(tmp_path, "Pendulum-v1", "diagnostics")
+    plain_er = diagnostics[diagnostics["algo"] == algos[1]]
+    assert (plain_er["train/beta"].dropna() == 1.0).all() and plain_er["train/beta"].notna().sum() == 2  # no rule 2
+    priorities = read_records(tmp_path, "CartPole-v1", "priorities")
+    assert set(priorities["algo"]) == set(ptr_ppo)
+    for _, records in priorities.groupby("algo"):
+        assert (records["priority"] >= 0.0).all()
         # one row per memory slot and iteration: the memory fills up as iterations go by
-        counts = [
-            sum(1 for row in records if row["steps"] == steps) for steps in dict.fromkeys(row["steps"] for row in records)
-        ]
+        counts = list(records.groupby("steps", sort=False).size())
         assert counts == sorted(counts) and len(counts) > 1
-    for figure in ["Pendulum-v1_refer.png", "Pendulum-v1_active_batches.png", "CartPole-v1_priorities.png"]:
-        assert (tmp_path / figure).stat().st_size > 0
+        assert list(records["position"]) == [position for count in counts for position in range(count)]
+    for figure in ["Pendulum-v1_refer.png", "CartPole-v1_priorities.png"]:
+        assert (tmp_path / figure).stat().st_size > 10_000
     assert "--record priorities" in (tmp_path / "CartPole-v1.json").read_text()
 
     with pytest.raises(ValueError, match="unknown recorder 'nope'"):
         validate_recorders(["nope"], ["vracer"])
+    with pytest.raises(ValueError, match="unknown recorder 'active_batches'"):  # a diagnostic now
+        validate_recorders(["active_batches"], ["ppo_amber"])
     with pytest.raises(ValueError, match="records ptr_ppo runs"):
         validate_recorders(["priorities"], ["ppo", "vracer"])
 

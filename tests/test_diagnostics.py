@@ -3,6 +3,7 @@
 import csv
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch as th
 from stable_baselines3 import PPO, SAC, TD3
@@ -39,6 +40,23 @@ def test_every_run_stores_the_logged_values_and_the_action_mean_at_each_evaluati
     assert (tmp_path / "Pendulum-v1_diagnostics.png").stat().st_size > 10_000
 
 
+def test_evaluated_at_every_iteration_each_row_holds_that_iterations_logged_values(tmp_path):
+    """PPO-AMBER's active batches over training (the AMBER paper's Figure 5), once a recorder of their own: one
+    row per iteration, each value counted once (the values recorded before an evaluation, dumped after it, are not
+    counted again at the next one)."""
+    algo = "ppo_amber[n_envs=2,n_steps=64,batch_size=64,n_epochs=2]"  # 128 steps and 2 updates an iteration
+    common = ["--seeds", "1", "--steps", "1024", "--eval-freq", "128", "--eval-episodes", "1", "--out", str(tmp_path)]
+    run_module.main(["--algos", algo, "--env", "Pendulum-v1", *common, "--plot-diagnostics", "active_batches"])
+    rows = read_rows(diagnostics_path(tmp_path, "Pendulum-v1", algo, 0))
+    assert [int(row["steps"]) for row in rows] == list(range(0, 1025, 128))
+    trained = rows[2:]  # the points at 0 and 128 steps precede any training; each later one follows one more
+    assert [float(row["train/n_updates"]) for row in trained] == [2.0 * iteration for iteration in range(1, 8)]
+    active = [float(row["train/active_batches"]) for row in trained]
+    assert all(value == int(value) >= 1 for value in active)
+    assert all(a <= float(row["train/stored_batches"]) for a, row in zip(active, trained, strict=True))
+    assert (tmp_path / "Pendulum-v1_diagnostics.png").stat().st_size > 10_000
+
+
 def test_the_action_mean_is_the_unclipped_gaussian_mean_of_each_kind_of_policy():
     observations = np.zeros((8, 3), dtype=np.float32)
     ppo = PPO("MlpPolicy", "Pendulum-v1", seed=0)
@@ -59,16 +77,8 @@ def test_the_action_mean_is_the_unclipped_gaussian_mean_of_each_kind_of_policy()
 
 
 def test_a_diagnostic_is_named_by_its_key_or_its_last_part(tmp_path):
-    rows = [
-        {
-            "algo": "a",
-            "seed": "0",
-            "steps": "0",
-            "train/entropy_loss": "-1",
-            "train/value_loss": "2",
-            "rollout/value_loss": "3",
-        }
-    ]
+    keys = ["algo", "seed", "steps", "train/entropy_loss", "train/value_loss", "rollout/value_loss"]
+    rows = pd.DataFrame([["a", 0, 0, -1.0, 2.0, 3.0]], columns=keys)
     assert logged_key(rows, "entropy_loss") == "train/entropy_loss"
     assert logged_key(rows, "train/value_loss") == "train/value_loss"
     with pytest.raises(ValueError, match="ambiguous"):

@@ -17,9 +17,10 @@ python -m benchmarks run --algos ppo impact impala ppo_amber ptr_ppo --env CartP
 python -m benchmarks run --algos ppo impact impala ppo_amber vracer --env Pendulum-v1 --seeds 3 --steps 50000 \
     --eval-freq 2500 --eval-episodes 10 --torch-threads 1 --out "$OUT/harness"
 
-# PPO-AMBER's active batches over training (recorded then with benchmarks.ppo_amber_active_batches).
-OMP_NUM_THREADS=1 python -m benchmarks run --algos ppo_amber --env Pendulum-v1 --seeds 3 --steps 50000 \
-    --record active_batches --out "$OUT/ppo_amber"
+# PPO-AMBER's active batches over training (recorded then with benchmarks.ppo_amber_active_batches): its logged
+# train/active_batches ..., evaluated after every iteration (1024 steps) so that each diagnostics row is one iteration's.
+OMP_NUM_THREADS=1 python -m benchmarks run --algos ppo_amber --env Pendulum-v1 --seeds 3 --steps 50000 --eval-freq 1024 \
+    --plot-diagnostics active_batches stored_batches replay_ratio_mean batch_drop_factor --out "$OUT/ppo_amber"
 
 # V-RACER's ReF-ER ablation, 1 seed: rules (1, 2), (1,), (2,) and none (recorded then with benchmarks.vracer_ablation).
 OMP_NUM_THREADS=1 python -m benchmarks run --algos "vracer[refer_rules=[1,2]]" "vracer[refer_rules=[1]]" \
