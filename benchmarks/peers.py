@@ -4,12 +4,13 @@ benchmarks run --algos impact rllib_appo --env HalfCheetah-v5 ...`` (docs/result
 
 - ``rllib_appo``, ``rllib_impala``: RLlib's APPO and IMPALA (Ray 2.60) with our entry's adaptations for the task
   carried over, on the same env as ours; ``rllib_appo_example``, ``rllib_impala_example``: with RLlib's tuned
-  example for it (:data:`benchmarks.rllib_run.PEER_SETTINGS`). RLlib pins its own gymnasium, so a run goes to a
+  example for it (their settings: ``benchmarks/peers.yml``). RLlib pins its own gymnasium, so a run goes to a
   subprocess started with the Python of RLlib's virtual environment (``--peer-python``, default
   ``$SB3_IMPACT_PEER_PYTHON`` or ``.venv-rllib/bin/python``; ``benchmarks/recipes/peers.sh`` makes it), which runs
-  :mod:`benchmarks.rllib_run`. Its points come back in the rows of :class:`benchmarks.output.EvalPoint`, so the same
-  CSV/JSON, tables, statistics and plots serve both, and RLlib's own metrics at each point come back as the run's
-  diagnostics (``OUT/records/ENV/diagnostics/ALGO_seedN.csv``, as our runs' logger values).
+  :mod:`benchmarks.rllib_run` from the repository's root (the yml beside it comes with the checkout). Its points
+  come back in the rows of :class:`benchmarks.output.EvalPoint`, so the same CSV/JSON, tables, statistics and plots
+  serve both, and RLlib's own metrics at each point come back as the run's diagnostics
+  (``OUT/records/ENV/diagnostics/ALGO_seedN.csv``, as our runs' logger values).
 - Each peer run's record names its ``stack`` and carries its environment's package versions; the protocol compares
   a peer with our runs on the machine, the settings and the packages both environments have, except the ones the
   peer's stack pins itself (:data:`benchmarks.protocol.STACK_PACKAGES`).

@@ -21,8 +21,9 @@ are kept short (``min_time_s_per_iteration``) for that.
 ``python -m benchmarks.rllib_run --cross-check ALGO ENV SECONDS EPISODES`` trains briefly and evaluates the same
 weights with this evaluation and with RLlib's own (``algo.evaluate()``), printing both (:func:`cross_check`).
 
-Only the standard library is imported at module level (this module's settings are read by :mod:`benchmarks.peers`
-in the package's own environment); Ray, RLlib, gymnasium and SB3 are imported where they are used.
+The settings per algo and env are in ``benchmarks/peers.yml`` (:func:`peer_settings`). Only the standard library and
+PyYAML (which Ray needs too) are imported at module level (:mod:`benchmarks.peers` reads the settings in the
+package's own environment); Ray, RLlib, gymnasium and SB3 are imported where they are used.
 """
 
 import json
@@ -33,263 +34,30 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from benchmarks.protocol import is_atari
 
-# Settings per (algo, env). The peer specs ``rllib_appo`` and ``rllib_impala`` carry our entry's adaptations for the
-# task over to RLlib (``env: sb3``: the same env as ours, built as :func:`training_env` says); ``*_example`` keep
-# RLlib's tuned example for it (the tables measured up to 2026-11-28; ``env: rllib``: RLlib's own Atari
-# preprocessing). Both are placed on the 2-core machine in the same way (one env runner process beside the learner
-# in the driver, no GPU, no aggregator actors). ``source`` names the origin and each change. ``config``:
-# AlgorithmConfig method -> keyword arguments; ``observation_filter``: RLlib's MeanStdFilter connector;
-# ``normalize_reward``: rewards scaled as SB3's VecNormalize scales them; ``frame_stack`` (Atari): 4 frames stacked
-# by RLlib's connectors or by RLlib's env wrapper.
-TWO_CORES = {"env_runners": {"num_env_runners": 1}, "learners": {"num_learners": 0, "num_gpus_per_learner": 0}}
-RLLIB_ATARI_MODEL = {
-    "vf_share_layers": True,
-    "conv_filters": [[16, 4, 2], [32, 4, 2], [64, 4, 2], [128, 4, 2]],
-    "conv_activation": "relu",
-    "head_fcnet_hiddens": [256],
-}
-NATURE_CNN = {  # SB3's CnnPolicy (NatureCNN, shared by policy and value); RLlib gives each head its 512-unit layer
-    "vf_share_layers": True,
-    "conv_filters": [[32, 8, 4, "valid"], [64, 4, 2, "valid"], [64, 3, 1, "valid"]],
-    "conv_activation": "relu",
-    "head_fcnet_hiddens": [512],
-}
-IMPACT_HALFCHEETAH = (
-    "IMPACT's HalfCheetah-v5 entry (sb3_impact/hyperparams/impact.yml) carried over: observations normalised (RLlib's "
-    "MeanStdFilter) and rewards scaled as VecNormalize does, gamma 0.98, 8 envs x 64 steps = 512-sample batches in "
-    "128-sample minibatches (one pass per draw), N = 4 / K = 10, target refresh every 1 x 4 x 10 x 512 = 20480 trained "
-    "samples (IMPACT's N * K = 40 draws), clip 0.2, lr 3e-4, grad norm 0.5, vf 0.5, no entropy, no KL term, separate "
-    "256x256 ReLU policy and value networks; no counterpart: lambda 0.92 (RLlib's V-trace has no lambda), advantage "
-    "normalisation, log_std_init -2"
-)
-IMPACT_ATARI = (
-    "IMPACT's atari entry (sb3_impact/hyperparams/impact.yml) carried over: SB3's AtariWrapper and 4 stacked frames, "
-    "16 envs x 32 steps = 512-sample batches (one step per draw), N = 4 / K = 2, target refresh every 1 x 4 x 2 x 512 = "
-    "4096 trained samples (IMPACT's N * K = 8 draws), clip 0.3, gamma 0.99, lr 1e-4, grad norm 10, entropy 0.01, vf "
-    "1.0, no KL term, SB3's NatureCNN; no counterpart: lambda 0.995, advantage normalisation"
-)
-IMPALA_ATARI = (
-    "IMPALA's atari entry (sb3_impact/hyperparams/impala.yml) carried over: SB3's AtariWrapper and 4 stacked frames, "
-    "16 envs x 20 steps = 320-sample batches, gamma 0.99, lr 6e-4 (the entry's lin_6e-4 is constant to 0.6% over the "
-    "recipe's 1e8-step budget), grad norm 40, entropy 0.01, vf 0.5, SB3's NatureCNN"
-)
-IMPALA_CARTPOLE = (
-    "IMPALA's CartPole-v1 entry (sb3_impact/hyperparams/impala.yml) carried over: 8 envs x 16 steps = 128-sample "
-    "batches, gamma 0.98, lr 1e-3 (lin_0.001, constant over the recipe's budget), grad norm 0.5, vf 0.5, no entropy, "
-    "SB3's MlpPolicy (separate 64x64 tanh policy and value networks); no counterpart: advantage normalisation"
-)
-PEER_SETTINGS: dict[tuple[str, str], dict[str, Any]] = {
-    ("rllib_appo", "HalfCheetah-v5"): {
-        "source": IMPACT_HALFCHEETAH,
-        "env": "sb3",
-        "observation_filter": True,
-        "normalize_reward": True,
-        "config": {
-            "env_runners": {"num_envs_per_env_runner": 8, "rollout_fragment_length": 64},
-            "training": {
-                "train_batch_size_per_learner": 512,
-                "minibatch_size": 128,
-                "num_epochs": 1,
-                "circular_buffer_num_batches": 4,
-                "circular_buffer_iterations_per_batch": 10,
-                "target_network_update_freq": 1,
-                "target_worker_clipping": 2.0,
-                "clip_param": 0.2,
-                "grad_clip": 0.5,
-                "grad_clip_by": "global_norm",
-                "lr": 3e-4,
-                "vf_loss_coeff": 0.5,
-                "gamma": 0.98,
-                "entropy_coeff": 0.0,
-                "use_kl_loss": False,
-                "broadcast_interval": 1,
-            },
-            "rl_module": {"model_config": {"fcnet_hiddens": [256, 256], "fcnet_activation": "relu", "vf_share_layers": False}},
-        },
-    },
-    ("rllib_appo", "BreakoutNoFrameskip-v4"): {
-        "source": IMPACT_ATARI,
-        "env": "sb3",
-        "frame_stack": "connector",
-        "config": {
-            "env_runners": {"num_envs_per_env_runner": 16, "rollout_fragment_length": 32},
-            "training": {
-                "train_batch_size_per_learner": 512,
-                "circular_buffer_num_batches": 4,
-                "circular_buffer_iterations_per_batch": 2,
-                "target_network_update_freq": 1,
-                "target_worker_clipping": 2.0,
-                "clip_param": 0.3,
-                "grad_clip": 10.0,
-                "grad_clip_by": "global_norm",
-                "lr": 1e-4,
-                "vf_loss_coeff": 1.0,
-                "gamma": 0.99,
-                "entropy_coeff": 0.01,
-                "use_kl_loss": False,
-                "broadcast_interval": 1,
-            },
-            "rl_module": {"model_config": NATURE_CNN},
-        },
-    },
-    ("rllib_impala", "BreakoutNoFrameskip-v4"): {
-        "source": IMPALA_ATARI,
-        "env": "sb3",
-        "frame_stack": "connector",
-        "config": {
-            "env_runners": {"num_envs_per_env_runner": 16, "rollout_fragment_length": 20},
-            "training": {
-                "train_batch_size_per_learner": 320,
-                "grad_clip": 40.0,
-                "grad_clip_by": "global_norm",
-                "lr": 6e-4,
-                "vf_loss_coeff": 0.5,
-                "gamma": 0.99,
-                "entropy_coeff": 0.01,
-                "broadcast_interval": 1,
-            },
-            "rl_module": {"model_config": NATURE_CNN},
-        },
-    },
-    ("rllib_impala", "CartPole-v1"): {
-        "source": IMPALA_CARTPOLE,
-        "env": "sb3",
-        "config": {
-            "env_runners": {"num_envs_per_env_runner": 8, "rollout_fragment_length": 16},
-            "training": {
-                "train_batch_size_per_learner": 128,
-                "grad_clip": 0.5,
-                "grad_clip_by": "global_norm",
-                "lr": 1e-3,
-                "vf_loss_coeff": 0.5,
-                "gamma": 0.98,
-                "entropy_coeff": 0.0,
-                "broadcast_interval": 1,
-            },
-            "rl_module": {"model_config": {"fcnet_hiddens": [64, 64], "fcnet_activation": "tanh", "vf_share_layers": False}},
-        },
-    },
-    ("rllib_appo_example", "HalfCheetah-v5"): {
-        "source": "RLlib's tuned example rllib/tuned_examples/appo/halfcheetah_appo.py (HalfCheetah-v4 there), with "
-        "1 env runner (32 envs each, as the example) and the learner on the CPU instead of 1 GPU",
-        "env": "rllib",
-        "config": {
-            "env_runners": {"num_envs_per_env_runner": 32, "rollout_fragment_length": 512},
-            "training": {
-                "train_batch_size_per_learner": 4096,
-                "circular_buffer_num_batches": 16,
-                "circular_buffer_iterations_per_batch": 20,
-                "target_network_update_freq": 2,
-                "target_worker_clipping": 2.0,
-                "clip_param": 0.4,
-                "grad_clip": 0.5,
-                "grad_clip_by": "value",
-                "lr": 0.0005,
-                "vf_loss_coeff": 0.5,
-                "gamma": 0.995,
-                "lambda_": 0.995,
-                "entropy_coeff": 0.0,
-                "use_kl_loss": True,
-                "kl_coeff": 1.0,
-                "kl_target": 0.04,
-            },
-        },
-    },
-    ("rllib_appo_example", "BreakoutNoFrameskip-v4"): {
-        "source": "RLlib's tuned Atari example rllib/tuned_examples/appo/pong_appo.py on Breakout (64x64 frames, 4 "
-        "stacked by its connectors, rewards clipped), with 1 env runner and no aggregator actors (2 in the example)",
-        "env": "rllib",
-        "frame_stack": "connector",
-        "config": {
-            "env_runners": {"num_envs_per_env_runner": 2},
-            "training": {
-                "train_batch_size_per_learner": 500,
-                "target_network_update_freq": 2,
-                "lr": 0.0005,
-                "vf_loss_coeff": 1.0,
-                "entropy_coeff": [[0, 0.01], [3000000, 0.0]],
-                "broadcast_interval": 5,
-                "circular_buffer_num_batches": 4,
-                "circular_buffer_iterations_per_batch": 2,
-            },
-            "rl_module": {"model_config": RLLIB_ATARI_MODEL},
-        },
-    },
-    ("rllib_impala_example", "BreakoutNoFrameskip-v4"): {
-        "source": "RLlib's tuned Atari example rllib/tuned_examples/impala/pong_impala.py on Breakout (64x64 frames, "
-        "4 stacked by the env wrapper, rewards clipped), with 1 env runner",
-        "env": "rllib",
-        "frame_stack": "wrapper",
-        "config": {
-            "env_runners": {"num_envs_per_env_runner": 5},
-            "training": {
-                "train_batch_size_per_learner": 500,
-                "grad_clip": 40.0,
-                "grad_clip_by": "global_norm",
-                "lr": 0.007,
-                "vf_loss_coeff": 0.5,
-                "entropy_coeff": 0.008,
-                "broadcast_interval": 5,
-            },
-            "rl_module": {"model_config": RLLIB_ATARI_MODEL},
-        },
-    },
-    ("rllib_impala_example", "CartPole-v1"): {
-        "source": "RLlib's tuned example rllib/tuned_examples/impala/cartpole_impala.py, with 1 env runner",
-        "env": "rllib",
-        "config": {
-            "training": {
-                "train_batch_size_per_learner": 500,
-                "grad_clip": 40.0,
-                "grad_clip_by": "global_norm",
-                "lr": 0.0005,
-                "vf_loss_coeff": 0.05,
-                "entropy_coeff": 0.0,
-            },
-            "rl_module": {"model_config": {"vf_share_layers": True}},
-        },
-    },
-}
-PEER_ALGOS = ("rllib_appo", "rllib_impala", "rllib_appo_example", "rllib_impala_example")
+# The peers' placement, the RLlib metrics kept at each point and the settings per algo and env (their comments say
+# what each is), read once.
+PEERS = yaml.safe_load(Path(__file__).with_name("peers.yml").read_text())
+TWO_CORES: dict[str, dict[str, Any]] = PEERS["placement"]
+RESULT_KEYS: dict[str, str] = PEERS["result_keys"]  # key in RLlib's result dict -> "last" or "mean" since the last point
+PEER_SETTINGS: dict[str, dict[str, dict[str, Any]]] = PEERS["peers"]  # algo -> env -> settings
+PEER_ALGOS = tuple(PEER_SETTINGS)
 EVAL_SEED_OFFSET = 10_000  # as benchmarks.pool's evaluation env
 MIN_TIME_S_PER_ITERATION = 1.0  # short iterations: a point lands within about a second of its grid mark
 STACKED_FRAMES = 4  # Atari: as the atari yml entries' frame_stack and RLlib's examples
 MONITOR_RETURN = "monitor_episode_return_mean"  # the Monitor's episode return (the game's score on Atari)
-# RLlib 2.60's result keys kept at each evaluation point (the run's diagnostics CSV, beside our runs' logger values):
-# "last" keeps the latest value reported since the previous point, "mean" the mean of the iterations' values; an
-# iteration without learner results reports NaN for the learner's keys, which is skipped. The learner's results
-# reach the driver one aggregation at a time (learner_thread_out_queue_size: how many wait), so they lag a little.
-RESULT_KEYS: dict[str, str] = {
-    "env_runners/episode_return_mean": "mean",  # of the rewards RLlib trains on (Atari: clipped, one life)
-    f"env_runners/{MONITOR_RETURN}": "mean",
-    "env_runners/episode_len_mean": "mean",
-    "num_env_steps_sampled_lifetime": "last",
-    "learners/__all_modules__/num_env_steps_trained_lifetime": "last",  # counts every draw of a batch
-    "learners/default_policy/num_target_updates": "last",
-    "learners/default_policy/last_target_update_ts": "last",
-    "learners/default_policy/curr_kl_coeff": "last",
-    "learners/default_policy/mean_kl_loss": "mean",
-    "learners/default_policy/entropy": "mean",
-    "learners/default_policy/policy_loss": "mean",
-    "learners/default_policy/vf_loss": "mean",
-    "learners/default_policy/mean_IS": "mean",
-    "learners/default_policy/gradients_default_optimizer_global_norm": "mean",
-    "learners/default_policy/diff_num_grad_updates_vs_sampler_policy": "mean",
-    "learners/__all_modules__/learner_thread_out_queue_size": "last",
-    "learner_group/learner_group_ts_dropped_lifetime": "last",
-    "aggregator_actors/num_env_steps_dropped_lifetime": "last",
-    "time_total_s": "last",  # RLlib's training wall time (the sum of its iterations)
-}
 
 
 def peer_settings(algo: str, env_id: str) -> dict[str, Any]:
-    """The settings of ``algo`` on ``env_id``; ``ValueError`` naming the pairs there are for any other."""
-    if (algo, env_id) not in PEER_SETTINGS:
-        pairs = ", ".join(f"{a} on {e}" for a, e in PEER_SETTINGS)
+    """The settings of ``algo`` on ``env_id`` (benchmarks/peers.yml); ``ValueError`` naming the pairs there are for any
+    other."""
+    if env_id not in PEER_SETTINGS.get(algo, {}):
+        pairs = ", ".join(f"{name} on {env}" for name, envs in PEER_SETTINGS.items() for env in envs)
         raise ValueError(f"no RLlib settings for {algo} on {env_id}; there are: {pairs}")
-    return PEER_SETTINGS[(algo, env_id)]
+    return PEER_SETTINGS[algo][env_id]
 
 
 def flatten(result: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -483,7 +251,7 @@ def log_monitor_return(*, episode: Any, metrics_logger: Any, **kwargs: Any) -> N
 
 def build_algorithm(spec: dict[str, Any], evaluation_episodes: int = 0) -> Any:
     """
-    The RLlib algorithm of ``spec`` with its settings (:data:`PEER_SETTINGS`) and the 2-core placement; with
+    The RLlib algorithm of ``spec`` with its settings (:func:`peer_settings`) and the 2-core placement; with
     ``evaluation_episodes``, RLlib's own evaluation too (one evaluation env runner with one env, the policy of
     ``spec``'s ``deterministic``), for :func:`cross_check`.
     """
@@ -499,8 +267,7 @@ def build_algorithm(spec: dict[str, Any], evaluation_episodes: int = 0) -> Any:
     env_name = f"peer-{spec['env_id']}"
     register_env(env_name, lambda _: training_env(spec["env_id"], settings))
     config = (APPOConfig if spec["algo"].startswith("rllib_appo") else IMPALAConfig)()
-    rllib_atari = settings["env"] == "rllib" and is_atari(spec["env_id"])
-    config = config.environment(env_name, clip_rewards=True if rllib_atari else None)
+    config = config.environment(env_name)
     if settings.get("frame_stack") == "connector":  # single frames travel, the connectors stack
         config = config.env_runners(env_to_module_connector=lambda *_: FrameStackingEnvToModule(num_frames=STACKED_FRAMES))
         config = config.training(learner_connector=lambda *_: FrameStackingLearner(num_frames=STACKED_FRAMES))
