@@ -32,11 +32,10 @@ from benchmarks.rllib_run import (
     PEER_SETTINGS,
     RESULT_KEYS,
     STACKED_FRAMES,
-    ResultLog,
+    PointMetrics,
     evaluation_env,
+    peer_env,
     peer_settings,
-    sb3_wrapper,
-    training_env,
 )
 from tests.test_tables import record
 
@@ -143,7 +142,7 @@ def test_rllib_impala_carries_impalas_entry_over(env_id):
 def test_rllib_result_keys_are_kept_per_evaluation_point():
     """The latest lifetime counters and coefficients, the mean of the rest; NaN (no learner results) skipped."""
     assert f"env_runners/{MONITOR_RETURN}" in RESULT_KEYS  # the callback's metric is kept
-    log = ResultLog()
+    log = PointMetrics()
     nan = float("nan")
     log.add({"env_runners": {"episode_return_mean": 10.0}, "num_env_steps_sampled_lifetime": 100, "time_total_s": 1.0})
     log.add({
@@ -192,14 +191,14 @@ def test_rllib_trains_and_is_evaluated_on_the_env_our_runs_get():
     env_id, seed = "BreakoutNoFrameskip-v4", 7
     for algo in ("impact", "impala"):
         params = load_zoo_hyperparams(algo, env_id)
-        assert params["env_wrapper"] == [f"{sb3_wrapper(env_id).__module__}.AtariWrapper"]
+        assert params["env_wrapper"] == ["stable_baselines3.common.atari_wrappers.AtariWrapper"]  # peer_env's
         assert params["frame_stack"] == STACKED_FRAMES
     wrapper = load_zoo_hyperparams("impact", env_id)["env_wrapper"]
     settings = peer_settings("rllib_appo", env_id)
     ours = make_training_env(env_id, 1, seed, env_wrapper=wrapper, frame_stack=STACKED_FRAMES)
     step_together(ours, evaluation_env(env_id, settings, seed), 400, seed)
     ours = make_training_env(env_id, 1, seed, env_wrapper=wrapper)  # single frames: RLlib's connectors stack them
-    theirs = training_env(env_id, settings)
+    theirs = peer_env(env_id, settings)
     frame, _ = theirs.reset(seed=seed)
     assert frame.dtype == np.float32 and np.array_equal(np.round(frame * 255).astype(np.uint8), ours.reset()[0])
     rng, lives_lost = np.random.default_rng(seed), 0
