@@ -33,6 +33,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PEER_PYTHON = REPO_ROOT / ".venv-rllib" / "bin" / "python"
 PEER_STACK = "rllib"
 STOP_GRACE_SECONDS = 30.0  # after SIGINT, for the peer to stop Ray and exit
+# The RunSpec fields a peer run gets (its SPEC.json, with torch_threads; benchmarks.rllib_run).
+SPEC_FIELDS = ("algo", "env_id", "seed", "steps", "max_seconds", "eval_freq", "eval_seconds", "eval_episodes", "deterministic")
 
 
 def is_peer(algo: str) -> bool:
@@ -74,18 +76,7 @@ def run_peer(spec: Any, python: str, torch_threads: int) -> tuple[list[dict[str,
     :data:`STOP_GRACE_SECONDS` for it to shut Ray down, then SIGKILL to the group. Raises ``RuntimeError`` with
     the end of its output when it fails.
     """
-    run = {
-        "algo": spec.algo,
-        "env_id": spec.env_id,
-        "seed": spec.seed,
-        "steps": spec.steps,
-        "max_seconds": spec.max_seconds,
-        "eval_freq": spec.eval_freq,
-        "eval_seconds": spec.eval_seconds,
-        "eval_episodes": spec.eval_episodes,
-        "deterministic": spec.deterministic,
-        "torch_threads": torch_threads,
-    }
+    run = {name: getattr(spec, name) for name in SPEC_FIELDS} | {"torch_threads": torch_threads}
     with tempfile.TemporaryDirectory(prefix="peer-run-") as folder:
         spec_path, result_path, log_path = (Path(folder) / name for name in ("spec.json", "result.json", "output.log"))
         spec_path.write_text(json.dumps(run))
