@@ -188,7 +188,7 @@ def validate_names(algos: list[str], env_ids: list[str]) -> None:
             if env_id not in gym.registry:
                 raise ValueError(f"unknown env {env_id!r}: not a registered gymnasium id")
         for algo in algos:
-            if is_peer(algo):  # its settings, not a yml entry (benchmarks.rllib_run)
+            if is_peer(algo):  # its settings in benchmarks/peers.yml, not a zoo yml entry
                 peer_hyperparams_source(algo, env_id)
             else:
                 load_zoo_hyperparams(algo, env_id)

@@ -4,12 +4,13 @@ benchmarks run --algos impact rllib_appo --env HalfCheetah-v5 ...`` (docs/result
 
 - ``rllib_appo``, ``rllib_impala``: RLlib's APPO and IMPALA (Ray 2.60) with our entry's adaptations for the task
   carried over, on the same env as ours; ``rllib_appo_example``, ``rllib_impala_example``: with RLlib's tuned
-  example for it (:data:`benchmarks.rllib_run.PEER_SETTINGS`). RLlib pins its own gymnasium, so a run goes to a
+  example for it (their settings: ``benchmarks/peers.yml``). RLlib pins its own gymnasium, so a run goes to a
   subprocess started with the Python of RLlib's virtual environment (``--peer-python``, default
   ``$SB3_IMPACT_PEER_PYTHON`` or ``.venv-rllib/bin/python``; ``benchmarks/recipes/peers.sh`` makes it), which runs
-  :mod:`benchmarks.rllib_run`. Its points come back in the rows of :class:`benchmarks.output.EvalPoint`, so the same
-  CSV/JSON, tables, statistics and plots serve both, and RLlib's own metrics at each point come back as the run's
-  diagnostics (``OUT/records/ENV/diagnostics/ALGO_seedN.csv``, as our runs' logger values).
+  :mod:`benchmarks.rllib_run` from the repository's root (the yml beside it comes with the checkout). Its points
+  come back in the rows of :class:`benchmarks.output.EvalPoint`, so the same CSV/JSON, tables, statistics and plots
+  serve both, and RLlib's own metrics at each point come back as the run's diagnostics
+  (``OUT/records/ENV/diagnostics/ALGO_seedN.csv``, as our runs' logger values).
 - Each peer run's record names its ``stack`` and carries its environment's package versions; the protocol compares
   a peer with our runs on the machine, the settings and the packages both environments have, except the ones the
   peer's stack pins itself (:data:`benchmarks.protocol.STACK_PACKAGES`).
@@ -32,6 +33,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PEER_PYTHON = REPO_ROOT / ".venv-rllib" / "bin" / "python"
 PEER_STACK = "rllib"
 STOP_GRACE_SECONDS = 30.0  # after SIGINT, for the peer to stop Ray and exit
+# The RunSpec fields a peer run gets (its SPEC.json, with torch_threads; benchmarks.rllib_run).
+SPEC_FIELDS = ("algo", "env_id", "seed", "steps", "max_seconds", "eval_freq", "eval_seconds", "eval_episodes", "deterministic")
 
 
 def is_peer(algo: str) -> bool:
@@ -73,18 +76,7 @@ def run_peer(spec: Any, python: str, torch_threads: int) -> tuple[list[dict[str,
     :data:`STOP_GRACE_SECONDS` for it to shut Ray down, then SIGKILL to the group. Raises ``RuntimeError`` with
     the end of its output when it fails.
     """
-    run = {
-        "algo": spec.algo,
-        "env_id": spec.env_id,
-        "seed": spec.seed,
-        "steps": spec.steps,
-        "max_seconds": spec.max_seconds,
-        "eval_freq": spec.eval_freq,
-        "eval_seconds": spec.eval_seconds,
-        "eval_episodes": spec.eval_episodes,
-        "deterministic": spec.deterministic,
-        "torch_threads": torch_threads,
-    }
+    run = {name: getattr(spec, name) for name in SPEC_FIELDS} | {"torch_threads": torch_threads}
     with tempfile.TemporaryDirectory(prefix="peer-run-") as folder:
         spec_path, result_path, log_path = (Path(folder) / name for name in ("spec.json", "result.json", "output.log"))
         spec_path.write_text(json.dumps(run))

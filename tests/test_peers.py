@@ -26,15 +26,16 @@ from benchmarks.config import load_zoo_hyperparams, make_training_env
 from benchmarks.diagnostics import diagnostics_path
 from benchmarks.output import machine_description, read_csv
 from benchmarks.pool import RunSpec
-from benchmarks.protocol import ProtocolError, check_comparison, read_run_records
+from benchmarks.protocol import ProtocolError, check_comparison, is_atari, read_run_records
 from benchmarks.rllib_run import (
+    MONITOR_RETURN,
     PEER_SETTINGS,
     RESULT_KEYS,
     STACKED_FRAMES,
-    ResultLog,
+    PointMetrics,
     evaluation_env,
-    sb3_wrapper,
-    training_env,
+    peer_env,
+    peer_settings,
 )
 from tests.test_tables import record
 
@@ -70,16 +71,24 @@ def test_a_peer_is_compared_on_the_machine_the_settings_and_the_packages_both_en
 
 
 def test_every_peer_setting_names_its_source_and_only_config_sections():
-    """The default specs carry our entries over on our env; each earlier table's RLlib example stays as ``*_example``."""
-    sections = {"env_runners", "learners", "training", "rl_module"}
-    for (algo, env_id), settings in PEER_SETTINGS.items():
-        assert algo in peers.PEER_ALGOS and set(settings["config"]) <= sections, (algo, env_id)
-        if algo.endswith("_example"):
-            assert "rllib/tuned_examples/" in settings["source"] and settings["env"] == "rllib", (algo, env_id)
-            assert (algo.removesuffix("_example"), env_id) in PEER_SETTINGS, (algo, env_id)
-        else:
-            assert "sb3_impact/hyperparams/" in settings["source"] and settings["env"] == "sb3", (algo, env_id)
-            assert settings.get("frame_stack", "connector") == "connector", (algo, env_id)  # VecFrameStack's stacking
+    """
+    The default specs carry our entries over on our env; each earlier table's RLlib example stays as ``*_example``
+    (benchmarks/peers.yml). Only RLlib's Atari examples clip rewards in the algorithm (SB3's AtariWrapper clips ours).
+    """
+    sections = {"environment", "env_runners", "learners", "training", "rl_module"}
+    assert peers.PEER_ALGOS == ("rllib_appo", "rllib_impala", "rllib_appo_example", "rllib_impala_example")
+    for algo, envs in PEER_SETTINGS.items():
+        for env_id in envs:
+            settings = peer_settings(algo, env_id)
+            assert set(settings["config"]) <= sections, (algo, env_id)
+            clips = settings["config"].get("environment", {}).get("clip_rewards", False)
+            assert clips == (settings["env"] == "rllib" and is_atari(env_id)), (algo, env_id)
+            if algo.endswith("_example"):
+                assert "rllib/tuned_examples/" in settings["source"] and settings["env"] == "rllib", (algo, env_id)
+                assert env_id in PEER_SETTINGS[algo.removesuffix("_example")], (algo, env_id)
+            else:
+                assert "sb3_impact/hyperparams/" in settings["source"] and settings["env"] == "sb3", (algo, env_id)
+                assert settings.get("frame_stack", "connector") == "connector", (algo, env_id)  # VecFrameStack's
 
 
 def learning_rate(params: dict) -> float:
@@ -91,7 +100,7 @@ def learning_rate(params: dict) -> float:
 def test_rllib_appo_carries_impacts_entry_over(env_id):
     """Batch, minibatch, N, K, target refresh, discount, clipping, rates, no KL term, networks: IMPACT's entry's."""
     ours = load_zoo_hyperparams("impact", env_id)
-    settings = PEER_SETTINGS[("rllib_appo", env_id)]
+    settings = peer_settings("rllib_appo", env_id)
     runners, training = settings["config"]["env_runners"], settings["config"]["training"]
     model = settings["config"]["rl_module"]["model_config"]
     batch = ours["n_envs"] * ours["n_steps"]
@@ -120,7 +129,7 @@ def test_rllib_appo_carries_impacts_entry_over(env_id):
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "BreakoutNoFrameskip-v4"])
 def test_rllib_impala_carries_impalas_entry_over(env_id):
     ours = load_zoo_hyperparams("impala", env_id)
-    settings = PEER_SETTINGS[("rllib_impala", env_id)]
+    settings = peer_settings("rllib_impala", env_id)
     runners, training = settings["config"]["env_runners"], settings["config"]["training"]
     batch = ours["n_envs"] * ours["n_steps"]
     assert runners["num_envs_per_env_runner"] * runners["rollout_fragment_length"] == batch
@@ -132,7 +141,8 @@ def test_rllib_impala_carries_impalas_entry_over(env_id):
 
 def test_rllib_result_keys_are_kept_per_evaluation_point():
     """The latest lifetime counters and coefficients, the mean of the rest; NaN (no learner results) skipped."""
-    log = ResultLog()
+    assert f"env_runners/{MONITOR_RETURN}" in RESULT_KEYS  # the callback's metric is kept
+    log = PointMetrics()
     nan = float("nan")
     log.add({"env_runners": {"episode_return_mean": 10.0}, "num_env_steps_sampled_lifetime": 100, "time_total_s": 1.0})
     log.add({
@@ -181,14 +191,14 @@ def test_rllib_trains_and_is_evaluated_on_the_env_our_runs_get():
     env_id, seed = "BreakoutNoFrameskip-v4", 7
     for algo in ("impact", "impala"):
         params = load_zoo_hyperparams(algo, env_id)
-        assert params["env_wrapper"] == [f"{sb3_wrapper(env_id).__module__}.AtariWrapper"]
+        assert params["env_wrapper"] == ["stable_baselines3.common.atari_wrappers.AtariWrapper"]  # peer_env's
         assert params["frame_stack"] == STACKED_FRAMES
     wrapper = load_zoo_hyperparams("impact", env_id)["env_wrapper"]
-    settings = PEER_SETTINGS[("rllib_appo", env_id)]
+    settings = peer_settings("rllib_appo", env_id)
     ours = make_training_env(env_id, 1, seed, env_wrapper=wrapper, frame_stack=STACKED_FRAMES)
     step_together(ours, evaluation_env(env_id, settings, seed), 400, seed)
     ours = make_training_env(env_id, 1, seed, env_wrapper=wrapper)  # single frames: RLlib's connectors stack them
-    theirs = training_env(env_id, settings)
+    theirs = peer_env(env_id, settings)
     frame, _ = theirs.reset(seed=seed)
     assert frame.dtype == np.float32 and np.array_equal(np.round(frame * 255).astype(np.uint8), ours.reset()[0])
     rng, lives_lost = np.random.default_rng(seed), 0

@@ -3,9 +3,9 @@
 # authors) and IMPALA, Ray 2.60, on the same two cores. RLlib pins its own gymnasium (1.2.2), so its runs go to a
 # virtual environment of their own, made here once from the package registry with this machine's torch
 # (constraints.txt), SB3 (whose AtariWrapper and evaluation both sides use) and the MuJoCo and ALE of the package's
-# own environment; `python -m benchmarks run` starts each RLlib run there (benchmarks/rllib_run.py: our entry's
-# adaptations for the task carried over to RLlib, one env runner process beside the learner, as our process
-# collector). Both algorithms of a table run in one invocation, interleaved seed by seed, wall-clock: alone on the
+# own environment; `python -m benchmarks run` starts each RLlib run there (benchmarks/rllib_run.py, with the settings
+# of benchmarks/peers.yml: our entry's adaptations for the task carried over to RLlib, one env runner process beside
+# the learner, as our process collector). Both algorithms of a table run in one invocation, interleaved seed by seed, wall-clock: alone on the
 # machine, one run at a time, equal training wall time, evaluated on the same time grid with the same episodes and
 # policy (deterministic; Atari: the stochastic policy on 10 whole games). Reporting seeds from 100. Then
 # `python -m benchmarks tables`. The tables measured up to 2026-11-28 ran RLlib's tuned examples, now the specs
