@@ -25,7 +25,7 @@ import numpy as np
 from stable_baselines3.common.logger import configure
 from tqdm.auto import tqdm
 
-from benchmarks.config import ALGOS, build_model, load_zoo_hyperparams, split_env_params, validate_names
+from benchmarks.config import ALGOS, ZooExperiment, build_model, load_zoo_hyperparams, split_env_params, validate_names
 from benchmarks.output import machine_description, write_json
 from benchmarks.profiling.timing import SectionTimer, Timing, busy_processes
 from sb3_impact.common.collectors import COLLECTOR_NAMES, CollectorError, SegmentSampler
@@ -66,7 +66,8 @@ def build(algo: str, env_id: str, seed: int, device: str, subproc: bool = False,
         if env_params.get("env_wrapper") or env_params.get("frame_stack") or env_params.get("normalize"):
             raise ValueError(f"{algo}/{env_id}: the throughput benchmark runs collector='ray' on plain env ids only")
         params["collector_kwargs"] = {**(params.get("collector_kwargs") or {}), "envs_per_worker": env_params.get("n_envs", 1)}
-        return ALGOS[algo](env_params["policy"], env_id, seed=seed, device=device, **params)
+        kwargs = ZooExperiment(algo, env_id, seed, device, hyperparams={**env_params, **params}).hyperparams
+        return ALGOS[algo](env=env_id, seed=seed, device=device, **kwargs)
     model = build_model(algo, env_id, seed, device, subproc, hyperparams={**env_params, **params})
     if not isinstance(model, VTraceActorCritic):
         raise ValueError(f"{algo}: the throughput benchmark measures the V-trace learners (IMPACT, IMPALA) only")
