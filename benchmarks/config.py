@@ -30,9 +30,6 @@ sb3_impact.zoo.register()  # our algorithms in rl-zoo3's ALGOS, our yml for its 
 DEFAULT_VARIANTS = {f"{name}_default": IMPACT_ALGOS[name] for name in ("impact", "impala", "vracer")}
 ALGOS = {**rl_zoo3.utils.ALGOS, **DEFAULT_VARIANTS}
 
-# The keys of an entry that build the env or set the budget rather than the algorithm (and the policy's name).
-ZOO_ONLY_KEYS = {"n_envs", "n_timesteps", "normalize", "policy", "env_wrapper", "frame_stack"}
-
 # rl-zoo3 tunes MuJoCo on the v4 ids only (PPO, SAC, TD3...); its v4 entry serves the v5 id of the same task.
 # The substitution is recorded in the harness' JSON (``hyperparams``) and on the results page.
 ZOO_VERSION_FALLBACK = {"-v5": "-v4"}
@@ -141,24 +138,11 @@ def load_zoo_hyperparams(algo: str, env_id: str) -> dict[str, Any]:
     return params
 
 
-def split_env_params(params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Separate the zoo-only keys (env construction, budget, policy) from the algorithm's constructor arguments."""
-    env_params = {key: params.pop(key) for key in list(params) if key in ZOO_ONLY_KEYS}
-    return env_params, params
-
-
 def register_atari() -> None:
     """Register the ALE ids with gymnasium (``ale-py`` registers them when imported)."""
     import ale_py
 
     gym.register_envs(ale_py)
-
-
-def make_registered_env(env_id: str, **kwargs: Any) -> gym.Env:
-    """``gym.make`` after registering the ALE ids (a fresh worker process, such as RLlib's, has not)."""
-    if is_atari(env_id):
-        register_atari()
-    return gym.make(env_id, **kwargs)
 
 
 class ZooExperiment(ExperimentManager):

@@ -382,7 +382,7 @@ class LearnerCounters:
 
 
 def registered_env(env_id: str) -> Any:
-    """``gym.make(env_id)``, with the ALE ids registered (as :func:`benchmarks.config.make_registered_env`)."""
+    """``gym.make(env_id)``, with the ALE ids registered (as :func:`benchmarks.config.register_atari` does)."""
     import gymnasium as gym
 
     if is_atari(env_id):
