@@ -30,10 +30,6 @@ sb3_impact.zoo.register()  # our algorithms in rl-zoo3's ALGOS, our yml for its 
 DEFAULT_VARIANTS = {f"{name}_default": IMPACT_ALGOS[name] for name in ("impact", "impala", "vracer")}
 ALGOS = {**rl_zoo3.utils.ALGOS, **DEFAULT_VARIANTS}
 
-# rl-zoo3 tunes MuJoCo on the v4 ids only (PPO, SAC, TD3...); its v4 entry serves the v5 id of the same task.
-# The substitution is recorded in the harness' JSON (``hyperparams``) and on the results page.
-ZOO_VERSION_FALLBACK = {"-v5": "-v4"}
-
 # The evaluation env's seed is the run's plus this: its episodes are not the training envs' first ones.
 EVAL_SEED_OFFSET = 10_000
 
@@ -101,8 +97,8 @@ def zoo_entry(algo: str, env_id: str) -> tuple[str, dict[str, Any]]:
         raise ValueError(f"unknown algo {algo!r}; valid names: {', '.join(sorted(ALGOS))}")
     config = yaml.safe_load(zoo_yml_path(algo).read_text())
     candidates = [env_id, *(["atari"] if is_atari(env_id) else [])]
-    if algo not in IMPACT_ALGOS:
-        candidates += [env_id.removesuffix(new) + old for new, old in ZOO_VERSION_FALLBACK.items() if env_id.endswith(new)]
+    if algo not in IMPACT_ALGOS and env_id.endswith("-v5"):  # rl-zoo3 tunes MuJoCo (PPO, SAC, TD3...) on v4 ids only
+        candidates.append(env_id.removesuffix("-v5") + "-v4")  # recorded in the JSON's hyperparams, as the entry used
     for key in candidates:
         if key in config:
             return key, config[key]
