@@ -1,5 +1,5 @@
-"""One benchmark run (training with evaluation on a step or wall-time schedule) and the process pool that runs
-many at once, with its clean stop on Ctrl-C and SIGTERM."""
+"""One benchmark run (training with evaluation on a step or wall-time grid) and the process pool that runs many at
+once, with its clean stop on Ctrl-C and SIGTERM."""
 
 import contextlib
 import multiprocessing
@@ -18,128 +18,14 @@ import numpy as np
 import torch as th
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList
 from stable_baselines3.common.evaluation import evaluate_policy
-from stable_baselines3.common.vec_env import (
-    VecEnv,
-    VecNormalize,
-    sync_envs_normalization,
-)
+from stable_baselines3.common.vec_env import VecEnv, sync_envs_normalization
 from tqdm.auto import tqdm
 
-from benchmarks.config import algo_class, load_zoo_hyperparams, make_training_env, split_env_params
+from benchmarks.config import EVAL_SEED_OFFSET, ZooExperiment
 from benchmarks.diagnostics import DiagnosticsRecorder, diagnostics_path
 from benchmarks.output import EvalPoint, machine_id, write_rows
 from benchmarks.peers import is_peer, run_peer
 from benchmarks.recorders import Recorder, record_path, recorders_for
-
-
-class TimedEvalCallback(BaseCallback):
-    """
-    Evaluate the policy (deterministic, or stochastic as the Atari protocol wants) for ``n_eval_episodes`` whole
-    episodes (0: record steps and wall time only, with a NaN return, for throughput runs) every ``eval_freq``
-    environment steps, or,
-    with ``eval_seconds``, every ``eval_seconds`` of training wall time instead (the same number of points for a
-    fast and a slow algorithm). With ``max_seconds``, training stops once its wall time reaches that budget.
-
-    The recorded wall time is the time since training started, minus the time spent evaluating. Each evaluation
-    is also written to stderr as one line, so that a long run's progress can be followed in its log (its rows
-    reach the CSV only when it finishes).
-    """
-
-    def __init__(
-        self,
-        eval_env: VecEnv,
-        eval_freq: int,
-        n_eval_episodes: int,
-        algo: str,
-        env_id: str,
-        seed: int,
-        eval_seconds: float | None = None,
-        max_seconds: float | None = None,
-        recorders: list[Recorder] | None = None,
-        deterministic: bool = True,
-    ) -> None:
-        super().__init__()
-        self.eval_env = eval_env
-        self.deterministic = deterministic
-        self.recorders = recorders or []
-        self.eval_freq = eval_freq
-        self.eval_seconds = eval_seconds
-        self.max_seconds = max_seconds
-        self.n_eval_episodes = n_eval_episodes
-        self.tag = (algo, env_id, seed)
-        self.points: list[EvalPoint] = []
-        self._next_eval = 0
-        self._next_eval_seconds = 0.0
-        self._start = 0.0
-        self._eval_seconds = 0.0
-
-    def training_seconds(self) -> float:
-        """Wall time since training started, evaluation excluded."""
-        return time.perf_counter() - self._start - self._eval_seconds
-
-    def _on_training_start(self) -> None:
-        self._start = time.perf_counter()
-        self._next_eval = self.eval_freq
-        self._next_eval_seconds = self.eval_seconds or 0.0
-        self.evaluate()
-
-    def evaluate(self) -> None:
-        eval_start = time.perf_counter()
-        if isinstance(self.model.get_vec_normalize_env(), VecNormalize):
-            sync_envs_normalization(self.training_env, self.eval_env)
-        if self.n_eval_episodes > 0:
-            observers = [recorder for recorder in self.recorders if recorder.wants_observations()]
-
-            def observe(locals_: dict[str, Any], globals_: dict[str, Any]) -> None:
-                for recorder in observers:
-                    recorder.observe(locals_["observations"][locals_["i"]])
-
-            rewards, _ = evaluate_policy(
-                self.model,
-                self.eval_env,
-                self.n_eval_episodes,
-                deterministic=self.deterministic,
-                return_episode_rewards=True,
-                callback=observe if observers else None,
-            )
-        else:  # throughput only: the point records steps and wall time, no return
-            rewards = [float("nan")]
-        for recorder in self.recorders:
-            recorder.on_evaluation()
-        wall = eval_start - self._start - self._eval_seconds
-        device = self.model.device.type
-        self.points.append(
-            EvalPoint(
-                *self.tag,
-                self.num_timesteps,
-                wall,
-                float(np.mean(rewards)),
-                float(np.std(rewards)),
-                device=device,
-                machine=machine_id(device),
-            )
-        )
-        self._eval_seconds += time.perf_counter() - eval_start
-        point = self.points[-1]
-        line = f"{point.algo} {point.env} seed {point.seed}: {point.steps} steps, {point.wall_seconds:.0f} s of training"
-        if self.n_eval_episodes > 0:
-            line += f", return {point.eval_mean:.1f} (std {point.eval_std:.1f}, {len(rewards)} episodes)"
-        tqdm.write(line, file=sys.stderr)
-
-    def _on_step(self) -> bool:
-        seconds = self.training_seconds()
-        if self.eval_seconds:
-            if seconds >= self._next_eval_seconds:
-                self._next_eval_seconds += self.eval_seconds
-                self.evaluate()
-        elif self.num_timesteps >= self._next_eval:
-            self._next_eval += self.eval_freq
-            self.evaluate()
-        return self.max_seconds is None or seconds < self.max_seconds
-
-    def _on_training_end(self) -> None:
-        if not self.points or self.points[-1].steps != self.num_timesteps:
-            self.evaluate()
 
 
 @dataclass(frozen=True)
@@ -162,56 +48,113 @@ class RunSpec:
     peer_python: str = ""  # the Python of a peer's own environment (benchmarks.peers)
 
 
+class TimedEvalCallback(BaseCallback):
+    """
+    Evaluate the policy (``spec.deterministic``: stochastic on Atari) for ``spec.eval_episodes`` whole episodes (0:
+    steps and wall time only, with a NaN return, for throughput runs) when training starts, every ``spec.eval_freq``
+    environment steps or, with ``spec.eval_seconds``, every so many seconds of training wall time (the same number
+    of points for a fast and a slow algorithm), and when it ends; with ``spec.max_seconds``, stop training at that
+    wall time. A point's wall time is the time since training started less the time spent evaluating. Each
+    evaluation is also a line of stderr, so that a long run's progress can be followed in its log.
+
+    Not SB3's ``EvalCallback``, which counts calls rather than steps, has no wall-time grid and dumps the logger at
+    each evaluation: that dump would cut short the training values the diagnostics average between two points.
+    """
+
+    def __init__(self, eval_env: VecEnv, spec: RunSpec, recorders: list[Recorder]) -> None:
+        super().__init__()
+        self.eval_env, self.spec, self.recorders = eval_env, spec, recorders
+        self.points: list[EvalPoint] = []
+        self._start = self._eval_seconds = 0.0
+        self._next_eval = 0.0  # in steps, or in seconds of training with spec.eval_seconds
+
+    def training_seconds(self) -> float:
+        """Wall time since training started, evaluation excluded."""
+        return time.perf_counter() - self._start - self._eval_seconds
+
+    def _on_training_start(self) -> None:
+        self._start = time.perf_counter()
+        self._next_eval = self.spec.eval_seconds or self.spec.eval_freq
+        self.evaluate()
+
+    def _on_step(self) -> bool:
+        seconds = self.training_seconds()
+        if (seconds if self.spec.eval_seconds else self.num_timesteps) >= self._next_eval:
+            self._next_eval += self.spec.eval_seconds or self.spec.eval_freq
+            self.evaluate()
+        return self.spec.max_seconds is None or seconds < self.spec.max_seconds
+
+    def _on_training_end(self) -> None:
+        if not self.points or self.points[-1].steps != self.num_timesteps:
+            self.evaluate()
+
+    def evaluate(self) -> None:
+        eval_start = time.perf_counter()
+        if self.model.get_vec_normalize_env() is not None:
+            sync_envs_normalization(self.training_env, self.eval_env)
+        rewards = [float("nan")]
+        if self.spec.eval_episodes > 0:
+            observers = [recorder for recorder in self.recorders if recorder.wants_observations()]
+
+            def observe(locals_: dict[str, Any], globals_: dict[str, Any]) -> None:
+                for recorder in observers:
+                    recorder.observe(locals_["observations"][locals_["i"]])
+
+            rewards, _ = evaluate_policy(
+                self.model,
+                self.eval_env,
+                self.spec.eval_episodes,
+                deterministic=self.spec.deterministic,
+                return_episode_rewards=True,
+                callback=observe if observers else None,
+            )
+        for recorder in self.recorders:
+            recorder.on_evaluation()
+        spec, device, wall = self.spec, self.model.device.type, eval_start - self._start - self._eval_seconds
+        mean, std = float(np.mean(rewards)), float(np.std(rewards))
+        point = EvalPoint(spec.algo, spec.env_id, spec.seed, self.num_timesteps, wall, mean, std, device=device)
+        point.machine = machine_id(device)
+        self.points.append(point)
+        self._eval_seconds += time.perf_counter() - eval_start
+        line = f"{spec.algo} {spec.env_id} seed {spec.seed}: {point.steps} steps, {wall:.0f} s of training"
+        if spec.eval_episodes > 0:
+            line += f", return {mean:.1f} (std {std:.1f}, {len(rewards)} episodes)"
+        tqdm.write(line, file=sys.stderr)
+
+
 def failed_point(spec: RunSpec, error: BaseException | str) -> EvalPoint:
     """The single point that records a failed run and its error."""
-    device_type = th.device(spec.device if spec.device != "auto" else ("cuda" if th.cuda.is_available() else "cpu")).type
+    device = th.device(spec.device if spec.device != "auto" else ("cuda" if th.cuda.is_available() else "cpu")).type
     message = error if isinstance(error, str) else repr(error)
-    failed = EvalPoint(spec.algo, spec.env_id, spec.seed, 0, 0.0, float("nan"), float("nan"), status="failed", error=message)
-    failed.device, failed.machine = device_type, machine_id(device_type)
+    failed = EvalPoint(spec.algo, spec.env_id, spec.seed, 0, 0.0, float("nan"), float("nan"), "failed", message, device)
+    failed.machine = machine_id(device)
     return failed
 
 
 def run_benchmark(spec: RunSpec) -> list[EvalPoint]:
     """Train ``spec.algo`` with its zoo hyperparameters on ``spec.env_id``; a failed run returns one point with its error."""
-    env = None
+    envs: list[VecEnv] = []
     try:
         if is_peer(spec.algo):  # in its own environment, with this process' PyTorch threads
             points, diagnostics = run_peer(spec, spec.peer_python, th.get_num_threads())
             if spec.record_dir:  # RLlib's metrics at each point, as our runs' diagnostics
                 write_rows(diagnostics_path(Path(spec.record_dir), spec.env_id, spec.algo, spec.seed), diagnostics)
             return [EvalPoint(**point) for point in points]
-        env_params, params = split_env_params(load_zoo_hyperparams(spec.algo, spec.env_id))
-        wrappers = {"env_wrapper": env_params.get("env_wrapper"), "frame_stack": env_params.get("frame_stack")}
-        normalize = env_params.get("normalize", False)
-        env = make_training_env(spec.env_id, env_params.get("n_envs", 1), spec.seed, normalize, spec.subproc, **wrappers)
-        eval_env = make_training_env(spec.env_id, 1, spec.seed + 10_000, normalize, **wrappers)
-        if isinstance(eval_env, VecNormalize):
-            eval_env.training, eval_env.norm_reward = False, False
+        experiment = ZooExperiment(spec.algo, spec.env_id, spec.seed, spec.device, spec.subproc)
+        envs.append(experiment.create_envs(experiment.n_envs))
+        evaluation = ZooExperiment(spec.algo, spec.env_id, spec.seed + EVAL_SEED_OFFSET)
+        envs.append(evaluation.create_envs(1, eval_env=True))
         recorders = [DiagnosticsRecorder(spec.algo, spec.seed), *recorders_for(spec.algo, spec.records, spec.seed)]
-        callback = TimedEvalCallback(
-            eval_env,
-            spec.eval_freq,
-            spec.eval_episodes,
-            spec.algo,
-            spec.env_id,
-            spec.seed,
-            eval_seconds=spec.eval_seconds,
-            max_seconds=spec.max_seconds,
-            recorders=recorders,
-            deterministic=spec.deterministic,
-        )
-        model = algo_class(spec.algo)(env_params["policy"], env, seed=spec.seed, device=spec.device, **params)
-        model.learn(spec.steps or int(env_params["n_timesteps"]), callback=CallbackList([callback, *recorders]))
-        eval_env.close()
+        callback = TimedEvalCallback(envs[1], spec, recorders)
+        model = experiment.model(envs[0])
+        model.learn(spec.steps or experiment.n_timesteps, callback=CallbackList([callback, *recorders]))
         for recorder in recorders if spec.record_dir else []:
             recorder.write(record_path(Path(spec.record_dir), spec.env_id, recorder.name, spec.algo, spec.seed))
         return callback.points
-    except KeyboardInterrupt:
-        raise
-    except Exception as error:  # a failed run is recorded, the others continue
+    except Exception as error:  # a failed run is recorded, the others continue (Ctrl-C is no Exception)
         return [failed_point(spec, error)]
     finally:
-        if env is not None:
+        for env in envs:
             env.close()
 
 

@@ -1,20 +1,10 @@
 """
-The measurement protocol (docs/guide/benchmarks.md, "Protocol"), enforced here rather than in prose.
-
-- **Run records**: every run stores its own settings (``OUT/runs/ENV/ALGO_seedN.json``: evaluation grid and
-  episodes, evaluation policy, budget, threads, seed, commit, machine, package versions), written once by the
-  invocation that ran it; ``--summarize`` and ``--merge`` read them and never rewrite them.
-- **Comparable runs**: a table that compares algorithms refuses runs whose machine, software, evaluation grid,
-  evaluation episodes, evaluation policy, budget or threads differ (:func:`comparison_problems`).
-- **Fresh reporting seeds**: tuning and selection use seeds below :data:`FIRST_REPORTING_SEED`; a reporting table
-  refuses any run below it (:func:`check_reporting_seeds`).
-- **Atari**: rl-zoo3's protocol (Machado et al., 2018, as rl-zoo3 evaluates): ``NoFrameskip-v4`` ids with
-  rl-zoo3's ``AtariWrapper`` (up to 30 random no-op starts, no sticky actions), whole games of at most 108k frames
-  (the ids' own cap), evaluated with the stochastic policy for at least :data:`ATARI_MIN_EVAL_EPISODES` games;
-  scores are also given human-normalised (:data:`ATARI_REFERENCE_SCORES`), and random play's score is the
-  untrained return a time ratio's target must beat (:func:`random_play_score`).
-- **Published baselines**: rl-zoo3's benchmark figures at 1M steps (:data:`PUBLISHED_RETURNS`), the second target
-  of the paired time-to-return ratios.
+The measurement protocol (docs/guide/benchmarks.md, "Protocol"), enforced here rather than in prose: each run's
+own record of its settings (written once, read by ``--summarize``, ``--merge`` and ``tables``); tables that compare
+algorithms only across runs of the same machine, software and settings (:func:`comparison_problems`); reporting
+seeds from :data:`FIRST_REPORTING_SEED` on; Atari as rl-zoo3 evaluates it (stochastic policy, at least
+:data:`ATARI_MIN_EVAL_EPISODES` whole games, human-normalised scores, random play as the untrained return); and
+rl-zoo3's published returns (:data:`PUBLISHED_RETURNS`), the second target of the paired time-to-return ratios.
 """
 
 import contextlib

@@ -4,36 +4,11 @@ Any sb3-impact algorithm against any SB3 / sb3-contrib algorithm, with rl-zoo3's
     python -m benchmarks run --algos impact ppo --env CartPole-v1 --seeds 3 --steps 100000
     python -m benchmarks run --algos ppo sac impact --env HalfCheetah-v5 Hopper-v5 --seeds 3 --jobs 14
 
-(``python -m benchmarks.run ...`` is the same command.)
-
-The baseline is ``ppo`` when it is among ``--algos``, else the first algo (``--baseline`` overrides).
-Hyperparameters come from rl-zoo3's yml for SB3/sb3-contrib algorithms and from
-``sb3_impact/hyperparams/ALGO.yml`` for ours (``impact_default``/``impala_default``/``vracer_default``: constructor
-defaults). rl-zoo3 tunes MuJoCo on the v4 ids only: for a v5 id without an entry of its own, an rl-zoo3
-algorithm uses its v4 entry (``HalfCheetah-v4`` for ``HalfCheetah-v5``), and the JSON's ``hyperparams`` says
-which entry each algo used. Every ``--eval-freq`` environment steps (or every ``--eval-seconds`` of training
-wall time) the deterministic policy is evaluated for ``--eval-episodes`` episodes on a separate env; the wall
-time of each point excludes evaluation. ``--max-seconds`` gives each run a training wall-time budget.
-
-``--jobs N`` runs N runs at once, each in a fresh process with one PyTorch thread (``--torch-threads`` sets
-another number); the rows written are the same as a sequential run's, in the same order.
-
-Writes, per env, into ``--out`` (after every finished run, so Ctrl-C keeps what finished):
-- ``ENV.csv``: algo, seed, env steps, wall seconds, eval mean, eval std, status, error, device, machine;
-- ``ENV.json``: steps and wall seconds to the threshold's held crossing per algo and seed, final returns, medians with
-  min/max, and ratios against the baseline paired by seed and machine;
-- ``ENV.png``: return against env steps and against wall seconds (median and min/max band over seeds).
-With ``--record NAME``, each run of the algorithm NAME is for also records model statistics over training
-that it does not log (``benchmarks/recorders.py``: ReF-ER's far-policy fraction and KL over the memory, PTR-PPO's
-priorities) into ``OUT/records/ENV/NAME/`` and ``ENV_NAME.png``. Variants compare settings side by side, e.g.
-``--algos "vracer[refer_rules=[1,2]]" "vracer[refer_rules=[]]" --record refer`` (the ReF-ER ablation).
-Every run also stores its diagnostics at each evaluation point (``benchmarks/diagnostics.py``: the logger's
-``train/``, ``rollout/`` and ``collector/`` values and the mean ``|mu|`` of ``Box`` actions) in
-``OUT/records/ENV/diagnostics/``; ``--plot-diagnostics KEY ...`` draws them under the return curve
-(``ENV_diagnostics.png``). Runs made side by side into separate ``--out`` folders are put into one table with
-``--merge DIR ...``.
-A failed run is recorded as failed (with its error) and the others continue. Ctrl-C stops the runs
-in progress (their worker processes and everything they started) and keeps the ones that finished.
+(``python -m benchmarks.run ...`` is the same command.) Per env, into ``--out``, after every finished run (Ctrl-C
+keeps what finished): ``ENV.csv`` (the evaluation points of every run), ``ENV.json`` (steps and seconds to the
+threshold, returns, ratios to the baseline: ``ppo`` when it is among ``--algos``, else the first), ``ENV.png``, each
+run's record (``runs/``) and diagnostics (``records/``). docs/guide/benchmarks.md ("What run does") describes the
+hyperparameters, variants, evaluation grid, recorders, ``--jobs``, ``--append``, ``--summarize`` and ``--merge``.
 """
 
 import argparse
@@ -41,8 +16,10 @@ import json
 import shlex
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
+import pandas as pd
 import torch as th
 from tqdm.auto import tqdm
 
@@ -116,30 +93,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def reproduce_command(args: argparse.Namespace, env_id: str, algos: list[str], seeds: list[int]) -> str:
+    """The command that makes these runs again: ``args``' options that are not their default."""
+    options = {
+        "--first-seed": seeds[0] if seeds and seeds[0] != 0 else None,
+        "--steps": args.steps or None,
+        "--max-seconds": f"{args.max_seconds:g}" if args.max_seconds else None,
+        "--eval-seconds": f"{args.eval_seconds:g}" if args.eval_seconds else None,
+        "--eval-freq": None if args.eval_seconds else args.eval_freq,
+        "--eval-episodes": args.eval_episodes,
+        "--threshold": args.threshold,
+        "--device": None if args.device == "cpu" else args.device,
+        "--torch-threads": args.torch_threads or None,
+        "--subproc": args.subproc or None,
+        "--record": args.record or None,
+        "--jobs": args.jobs if args.jobs > 1 else None,
+    }
     command = ["python", "-m", "benchmarks", "run", "--algos", *algos, "--env", env_id, "--seeds", str(len(seeds))]
-    if seeds and seeds[0] != 0:
-        command += ["--first-seed", str(seeds[0])]
-    if args.steps:
-        command += ["--steps", str(args.steps)]
-    if args.max_seconds:
-        command += ["--max-seconds", f"{args.max_seconds:g}"]
-    if args.eval_seconds:
-        command += ["--eval-seconds", f"{args.eval_seconds:g}"]
-    else:
-        command += ["--eval-freq", str(args.eval_freq)]
-    command += ["--eval-episodes", str(args.eval_episodes)]
-    if args.threshold is not None:
-        command += ["--threshold", str(args.threshold)]
-    if args.device != "cpu":
-        command += ["--device", args.device]
-    if args.torch_threads:
-        command += ["--torch-threads", str(args.torch_threads)]
-    if args.subproc:
-        command += ["--subproc", *args.subproc]
-    if args.record:
-        command += ["--record", *args.record]
-    if args.jobs > 1:
-        command += ["--jobs", str(args.jobs)]
+    for option, value in options.items():
+        if value is not None:
+            command += [option, *map(str, value if isinstance(value, list) else [value])]
     return shlex.join(command)
 
 
@@ -149,6 +121,17 @@ def wall_checkpoints(args: argparse.Namespace) -> tuple[float, ...]:
 
 
 RECORDED_SETTINGS = ("steps", "max_seconds", "eval_freq", "eval_seconds", "eval_episodes", "torch_threads", "jobs", "device")
+
+
+def measurement(args: argparse.Namespace) -> dict:
+    """The budget and evaluation grid of ``args``, as a run record and ENV.json store them."""
+    return {
+        "steps": args.steps,
+        "max_seconds": args.max_seconds,
+        "eval_freq": None if args.eval_seconds else args.eval_freq,
+        "eval_seconds": args.eval_seconds,
+        "eval_episodes": args.eval_episodes,
+    }
 
 
 def run_record(args: argparse.Namespace, spec: RunSpec, points: list[EvalPoint]) -> dict:
@@ -166,11 +149,7 @@ def run_record(args: argparse.Namespace, spec: RunSpec, points: list[EvalPoint])
         "seed": spec.seed,
         "status": "failed" if failed else "ok",
         "error": failed.error if failed else "",
-        "steps": args.steps,
-        "max_seconds": args.max_seconds,
-        "eval_freq": None if args.eval_seconds else args.eval_freq,
-        "eval_seconds": args.eval_seconds,
-        "eval_episodes": args.eval_episodes,
+        **measurement(args),
         "eval_policy": eval_policy(spec.env_id),
         "torch_threads": torch_threads(args),
         "jobs": args.jobs,
@@ -228,11 +207,7 @@ def write_results(
     summary.update(
         env=env_id,
         seeds=seeds,
-        steps=made_with.steps,
-        max_seconds=made_with.max_seconds,
-        eval_freq=None if made_with.eval_seconds else made_with.eval_freq,
-        eval_seconds=made_with.eval_seconds,
-        eval_episodes=made_with.eval_episodes,
+        **measurement(made_with),
         eval_policy=table_records[0]["eval_policy"] if table_records else None,
         hyperparams={algo: hyperparams_source(algo, env_id) for algo in algos},
         machine=machine or table_machine(table_records) or this_machine(args),
@@ -317,6 +292,12 @@ def joined_sittings(previous: dict | None, current: dict, action: str, compares:
     return merge_sittings(previous, current)
 
 
+def json_machine(folder: Path, env: str) -> dict | None:
+    """The ``machine`` of ``folder``'s ENV.json: the machine its runs were made on (None without the JSON)."""
+    path = folder / f"{env}.json"
+    return json.loads(path.read_text()).get("machine") if path.is_file() else None
+
+
 def kept_points(args: argparse.Namespace, specs: list[RunSpec]) -> tuple[dict[str, list[EvalPoint]], dict[str, dict]]:
     """
     With ``--append``: per env, the rows already in ENV.csv, less the runs about to be redone, and the ``machine``
@@ -327,23 +308,17 @@ def kept_points(args: argparse.Namespace, specs: list[RunSpec]) -> tuple[dict[st
     kept: dict[str, list[EvalPoint]] = {env: [] for env in args.envs}
     machines: dict[str, dict] = {}
     for env in args.envs if args.append else []:
-        if not (args.out / f"{env}.csv").is_file():
-            continue
+        path = args.out / f"{env}.csv"
         env_specs = [spec for spec in specs if spec.env_id == env]
         rerun = {(spec.algo, spec.seed) for spec in env_specs}
-        kept[env] = [p for p in read_csv(args.out / f"{env}.csv") if (p.algo, p.seed) not in rerun]
+        kept[env] = [point for point in read_csv(path) if (point.algo, point.seed) not in rerun] if path.is_file() else []
         if not kept[env]:
             continue
-        compares = len({point.algo for point in kept[env]} | {spec.algo for spec in env_specs}) > 1
         kept_records = [record for key, record in read_run_records(args.out, env).items() if key not in rerun]
-        new_records = [run_record(args, spec, []) for spec in env_specs]
-        check_comparison(kept_records + new_records, f"--append to {env}'s table")
-        previous_json = args.out / f"{env}.json"
-        if previous_json.is_file():
-            previous = json.loads(previous_json.read_text()).get("machine")
-        else:  # only the rows' machine names are known
-            names = sorted({point.machine for point in kept[env]})
-            previous = {"name": names[-1], "earlier_sittings": [{"name": name} for name in names[:-1]]}
+        check_comparison(kept_records + [run_record(args, spec, []) for spec in env_specs], f"--append to {env}'s table")
+        names = sorted({point.machine for point in kept[env]})  # without the JSON, the rows' machine names
+        previous = json_machine(args.out, env) or {"name": names[-1], "earlier_sittings": [{"name": n} for n in names[:-1]]}
+        compares = len({point.algo for point in kept[env]} | {spec.algo for spec in env_specs}) > 1
         machines[env] = joined_sittings(previous, this_machine(args), f"--append to {env}'s table", compares)
     return kept, machines
 
@@ -352,41 +327,36 @@ def merged_points(args: argparse.Namespace, env: str) -> tuple[list[EvalPoint], 
     """
     ``--merge``: the runs of ``--out``'s ENV.csv, then those of ``--algos`` in each ``--merge`` folder's (a folder
     may hold other algorithms' runs, such as a baseline table's other variants), one run per (algo, seed): a later
-    folder's run replaces an earlier one unless it failed where the earlier one finished. Returns the rows,
-    the machine the JSON will record (each folder's JSON ``machine`` as a sitting) and the kept runs' records.
-    Raises :class:`ProtocolError` where the merged table compares algorithms across machines, software or settings.
+    folder's run replaces an earlier one unless it failed where the earlier one finished. ``--summarize`` is the
+    merge of ``--out`` alone. Returns the rows, the machine the JSON will record (each folder's JSON ``machine`` as
+    a sitting) and the kept runs' records. Raises :class:`ProtocolError` where the merged table compares algorithms
+    across machines, software or settings.
     """
-    runs: dict[tuple[str, int], list[EvalPoint]] = {}
-    records: dict[tuple[str, int], dict] = {}
-    machines: list[tuple[Path, dict]] = []
+    tables, records, machines = [], [], []
     for folder in [args.out, *args.merge]:
-        csv_path = folder / f"{env}.csv"
-        if not csv_path.is_file():
-            if folder == args.out:
+        path = folder / f"{env}.csv"
+        if not path.is_file():
+            if folder == args.out and args.merge:
                 continue
-            raise ValueError(f"--merge: {csv_path} does not exist")
-        folder_runs: dict[tuple[str, int], list[EvalPoint]] = {}
-        for point in read_csv(csv_path):
-            if folder == args.out or point.algo in args.algos:
-                folder_runs.setdefault((point.algo, point.seed), []).append(point)
-        folder_records = read_run_records(folder, env)
-        for key, points in folder_runs.items():
-            failed = any(point.status == "failed" for point in points)
-            earlier_finished = key in runs and not any(point.status == "failed" for point in runs[key])
-            if not (failed and earlier_finished):
-                runs[key] = points
-                records.pop(key, None)
-                if key in folder_records:
-                    records[key] = folder_records[key]
-        json_path = folder / f"{env}.json"
-        if json_path.is_file() and (folder_machine := json.loads(json_path.read_text()).get("machine")):
-            machines.append((folder, folder_machine))
-    compares = len({algo for algo, _ in runs}) > 1
+            raise ValueError(f"{path} does not exist")
+        table = pd.DataFrame(map(asdict, read_csv(path)), columns=list(EvalPoint.__annotations__))
+        tables.append(table if folder == args.out else table[table.algo.isin(args.algos)])
+        records.append(read_run_records(folder, env))
+        machines.append((folder, json_machine(folder, env)))
+    rows = pd.concat(tables, keys=range(len(tables)), names=["folder", None]).reset_index("folder")
+    rows["finished"] = rows.groupby(["algo", "seed", "folder"]).status.transform(lambda status: (status != "failed").all())
+    # One run per (algo, seed): the last folder's that finished, else the last folder's.
+    chosen = rows.sort_values(["finished", "folder"], kind="stable").groupby(["algo", "seed"]).folder.last()
+    rows = rows[rows.folder == rows.set_index(["algo", "seed"]).index.map(chosen)]
+    kept_records = {key: records[folder][key] for key, folder in chosen.items() if key in records[folder]}
+    compares = len(chosen.index.unique("algo")) > 1
     machine: dict | None = None
     for folder, folder_machine in machines:
-        machine = joined_sittings(machine, folder_machine, f"--merge {folder} into {env}'s table", compares)
-    check_comparison(list(records.values()), f"--merge into {env}'s table")
-    return [point for points in runs.values() for point in points], machine, records
+        if folder_machine:
+            machine = joined_sittings(machine, folder_machine, f"--merge {folder} into {env}'s table", compares)
+    check_comparison(list(kept_records.values()), f"--merge into {env}'s table")
+    points = [EvalPoint(**row) for row in rows[list(EvalPoint.__annotations__)].to_dict("records")]
+    return points, machine, kept_records
 
 
 def rewrite_tables(args: argparse.Namespace, baseline: str) -> None:
@@ -394,16 +364,9 @@ def rewrite_tables(args: argparse.Namespace, baseline: str) -> None:
     ``--summarize`` and ``--merge``: run nothing, rewrite each env's CSV, JSON and PNG from the rows there are. The
     runs' records are read, never rewritten (``--merge`` copies the merged runs' records into ``--out``).
     """
-    tables: dict[str, tuple[list[EvalPoint], dict | None, dict | None]] = {}
-    for env in args.envs:
-        if args.merge:
-            tables[env] = merged_points(args, env)
-        else:  # the runs' machine, not this one: the JSON written when they ran describes it
-            previous = args.out / f"{env}.json"
-            machine = json.loads(previous.read_text()).get("machine") if previous.exists() else None
-            tables[env] = (read_csv(args.out / f"{env}.csv"), machine, None)
+    tables = {env: merged_points(args, env) for env in args.envs}  # every table is checked before one is written
     for env, (points, machine, records) in tables.items():
-        for record in (records or {}).values():  # a merged run's record, copied as it is
+        for record in records.values() if args.merge else []:
             write_run_record(args.out, record)
         print_summary(write_results(args, env, points, baseline, machine, records))
 

@@ -22,6 +22,7 @@ from stable_baselines3.common.vec_env import SubprocVecEnv
 from benchmarks import run as run_module
 from benchmarks.config import load_zoo_hyperparams, make_training_env, validate_names, zoo_yml_path
 from benchmarks.output import EvalPoint, read_csv, write_csv, write_json
+from benchmarks.protocol import is_atari
 from benchmarks.summary import held_crossing, threshold_summary
 from tests.commands import run_command
 
@@ -554,6 +555,59 @@ def test_default_variants_take_overrides_and_ignore_the_yml():
         hyperparams_source("vracer_default[compile_loss=true]", "HalfCheetah-v5")
         == "constructor defaults with {'compile_loss': True}"
     )
+
+
+# One entry per yml of sb3_impact/hyperparams (and rl-zoo3's PPO on a v5 id): schedules, Atari, VecNormalize, noise.
+BUILT_ENTRIES = [
+    ("impact", "HalfCheetah-v5"),  # normalize, with gamma 0.98; policy_kwargs
+    ("impala", "BreakoutNoFrameskip-v4"),  # the atari entry: AtariWrapper, 4 frames, lin_ learning rate
+    ("ppo_amber", "CartPole-v1"),  # lin_ learning rate, clip range and batch drop factor
+    ("ptr_ppo", "CartPole-v1"),
+    ("sac_refer", "Pendulum-v1"),
+    ("td3_refer", "Pendulum-v1"),  # rl-zoo3's action noise
+    ("vracer", "Pendulum-v1"),
+    ("ppo", "HalfCheetah-v5"),  # rl-zoo3's HalfCheetah-v4 entry
+]
+
+
+@pytest.mark.parametrize("algo, env_id", BUILT_ENTRIES)
+def test_the_model_is_built_as_its_yml_entry_says(algo, env_id):
+    """
+    rl-zoo3's ExperimentManager builds the harness' models; each has the hyperparameters its entry gave before it
+    did: ``lin_x`` is x times the remaining progress, ``policy_kwargs`` the evaluated string, rl-zoo3's wrappers
+    around Monitor-wrapped envs, and ``VecNormalize`` with its default gamma whatever the entry's ``gamma``.
+    """
+    from stable_baselines3.common.vec_env import VecFrameStack, unwrap_vec_wrapper
+
+    from benchmarks.config import build_model
+
+    if is_atari(env_id):
+        pytest.importorskip("ale_py")
+    entry = load_zoo_hyperparams(algo, env_id)
+    model = build_model(algo, env_id, seed=0)
+    for key in {"learning_rate", "clip_range", "batch_drop_factor"} & set(entry):
+        schedule = model.lr_schedule if key == "learning_rate" else getattr(model, key)
+        lin = str(entry[key]).startswith("lin_")
+        for progress in (1.0, 0.5):
+            value = float(str(entry[key]).removeprefix("lin_")) * (progress if lin else 1.0)
+            assert (schedule(progress) if callable(schedule) else schedule) == pytest.approx(value)
+    policy_kwargs = eval(entry.get("policy_kwargs", "dict()"), {"nn": th.nn})
+    assert policy_kwargs.items() <= model.policy_kwargs.items() and model.n_envs == entry.get("n_envs", 1)
+    for key in {"gamma", "n_steps", "batch_size", "buffer_size", "ent_coef", "train_freq"} & set(entry):
+        value = getattr(model, key)
+        assert (value.frequency if key == "train_freq" else value) == entry[key]
+    normalize = model.get_vec_normalize_env()
+    assert (normalize is not None) == bool(entry.get("normalize"))
+    if normalize is not None:
+        assert normalize.norm_obs and normalize.norm_reward and normalize.gamma == 0.99 and normalize.training
+    stacked = unwrap_vec_wrapper(model.env, VecFrameStack)
+    assert (stacked.stacked_obs.n_stack if stacked else None) == entry.get("frame_stack")
+    wrappers = entry.get("env_wrapper") or ["Monitor"]
+    first_wrapper = (wrappers if isinstance(wrappers, list) else [wrappers])[0]
+    assert type(model.env.unwrapped.envs[0]).__name__ == first_wrapper.split(".")[-1]
+    if "noise_type" in entry:
+        assert model.action_noise._sigma == pytest.approx(entry["noise_std"])
+    model.env.close()
 
 
 def test_sigterm_is_a_keyboard_interrupt_inside_the_harness_and_restored_after():

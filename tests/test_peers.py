@@ -22,7 +22,7 @@ import pytest
 
 from benchmarks import peers
 from benchmarks import run as run_module
-from benchmarks.config import load_zoo_hyperparams, make_training_env
+from benchmarks.config import ZooExperiment, load_zoo_hyperparams, make_training_env
 from benchmarks.diagnostics import diagnostics_path
 from benchmarks.output import machine_description, read_csv
 from benchmarks.pool import RunSpec
@@ -93,7 +93,7 @@ def test_every_peer_setting_names_its_source_and_only_config_sections():
 
 def learning_rate(params: dict) -> float:
     rate = params["learning_rate"]
-    return rate(1.0) if callable(rate) else rate
+    return float(rate.removeprefix("lin_")) if isinstance(rate, str) else rate
 
 
 @pytest.mark.parametrize("env_id", ["HalfCheetah-v5", "BreakoutNoFrameskip-v4"])
@@ -119,7 +119,7 @@ def test_rllib_appo_carries_impacts_entry_over(env_id):
     assert training["use_kl_loss"] is False and ours.get("kl_coef", 0.0) == 0.0
     assert settings.get("observation_filter", False) == settings.get("normalize_reward", False) == ours.get("normalize", False)
     if "policy_kwargs" in ours:  # separate 256x256 ReLU policy and value networks
-        arch = ours["policy_kwargs"]["net_arch"]
+        arch = ZooExperiment("impact", env_id, 0).hyperparams["policy_kwargs"]["net_arch"]
         assert model["vf_share_layers"] is False and model["fcnet_hiddens"] == arch["pi"] == arch["vf"]
         assert model["fcnet_activation"] == "relu"
     else:  # the CnnPolicy's NatureCNN, shared

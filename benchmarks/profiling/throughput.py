@@ -25,7 +25,7 @@ import numpy as np
 from stable_baselines3.common.logger import configure
 from tqdm.auto import tqdm
 
-from benchmarks.config import ALGOS, build_model, load_zoo_hyperparams, split_env_params, validate_names
+from benchmarks.config import ALGOS, ZooExperiment, build_model, load_zoo_hyperparams, validate_names
 from benchmarks.output import machine_description, write_json
 from benchmarks.profiling.timing import SectionTimer, Timing, busy_processes
 from sb3_impact.common.collectors import COLLECTOR_NAMES, CollectorError, SegmentSampler
@@ -59,15 +59,16 @@ class PrecollectedCollector(SyncCollector):
 
 
 def build(algo: str, env_id: str, seed: int, device: str, subproc: bool = False, **overrides) -> VTraceActorCritic:
-    env_params, params = split_env_params(load_zoo_hyperparams(algo, env_id))
+    params = load_zoo_hyperparams(algo, env_id)
     params.update({key: value for key, value in overrides.items() if not (key == "learner_threads" and value is None)})
     if params.get("collector") == "ray":
         # Ray workers build their own envs from the id: each worker steps the yml's n_envs environments.
-        if env_params.get("env_wrapper") or env_params.get("frame_stack") or env_params.get("normalize"):
+        if params.get("env_wrapper") or params.get("frame_stack") or params.get("normalize"):
             raise ValueError(f"{algo}/{env_id}: the throughput benchmark runs collector='ray' on plain env ids only")
-        params["collector_kwargs"] = {**(params.get("collector_kwargs") or {}), "envs_per_worker": env_params.get("n_envs", 1)}
-        return ALGOS[algo](env_params["policy"], env_id, seed=seed, device=device, **params)
-    model = build_model(algo, env_id, seed, device, subproc, hyperparams={**env_params, **params})
+        params["collector_kwargs"] = {**(params.get("collector_kwargs") or {}), "envs_per_worker": params.get("n_envs", 1)}
+        kwargs = ZooExperiment(algo, env_id, seed, device, hyperparams=params).hyperparams
+        return ALGOS[algo](env=env_id, seed=seed, device=device, **kwargs)
+    model = build_model(algo, env_id, seed, device, subproc, hyperparams=params)
     if not isinstance(model, VTraceActorCritic):
         raise ValueError(f"{algo}: the throughput benchmark measures the V-trace learners (IMPACT, IMPALA) only")
     return model
