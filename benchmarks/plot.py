@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from benchmarks.output import EVAL_COLUMNS, EvalPoint, read_csv
+from benchmarks.protocol import THRESHOLDS
 
 
 def new_figure(rows: int, columns: int, size: tuple[float, float], **kwargs: Any) -> tuple[Any, np.ndarray]:
@@ -158,8 +159,6 @@ def plot_heatmaps(rows: pd.DataFrame, value: str, path: Path, title: str) -> Non
 
 
 def main(argv: list[str] | None = None) -> None:
-    from benchmarks.summary import THRESHOLDS
-
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("csv", nargs="+", type=Path)
     parser.add_argument("--out", type=Path, default=None, help="PNG path (default: the first CSV with .png)")

@@ -20,6 +20,14 @@ ATARI_MIN_EVAL_EPISODES = 10
 # The settings of a run that must be equal across the runs of a table that compares algorithms.
 COMPARED_SETTINGS = ("steps", "max_seconds", "eval_freq", "eval_seconds", "eval_episodes", "eval_policy", "torch_threads")
 
+# The return whose steps and time to reach each table reports, where the env has a customary one.
+THRESHOLDS: dict[str, float] = {
+    "CartPole-v1": 475.0,
+    "Pendulum-v1": -200.0,
+    "LunarLander-v3": 200.0,
+    "LunarLanderContinuous-v3": 200.0,
+}
+
 # rl-zoo3's benchmark (benchmark.md of rl-baselines3-zoo 2.x), mean return at its yml's budget (1M steps for MuJoCo,
 # for the -v3/-v4 ids of the tasks the results page runs on -v5; 100k for CartPole-v1 and the NoVel tasks): the
 # figure an SB3 user expects the baseline to reach.

@@ -38,6 +38,7 @@ from benchmarks.peers import PEER_STACK, check_peer, is_peer, peer_python, peer_
 from benchmarks.plot import plot_curves
 from benchmarks.pool import RunSpec, failed_point, run_benchmark, run_in_parallel, sigterm_as_keyboard_interrupt
 from benchmarks.protocol import (
+    THRESHOLDS,
     ProtocolError,
     check_comparison,
     check_eval_settings,
@@ -47,7 +48,7 @@ from benchmarks.protocol import (
     write_run_record,
 )
 from benchmarks.recorders import RECORDERS, plot_records, validate_recorders
-from benchmarks.summary import THRESHOLDS, threshold_summary
+from benchmarks.summary import threshold_summary
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -14,12 +14,6 @@ from benchmarks.protocol import is_atari, random_play_score
 from benchmarks.statistics import iqm_with_interval, pooled_iqm, probability_of_improvement
 
 # Default "solved" thresholds (rl-zoo3 / gymnasium reward thresholds); --threshold overrides, other envs get none.
-THRESHOLDS = {
-    "CartPole-v1": 475.0,
-    "Pendulum-v1": -200.0,
-    "LunarLander-v3": 200.0,
-    "LunarLanderContinuous-v3": 200.0,
-}
 HOLDING_EVALUATIONS = 2  # the evaluations after a crossing that must hold it
 
 
