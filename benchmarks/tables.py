@@ -32,6 +32,9 @@ The README's table gives, per row, the result, the baseline's, the probability o
 paired ratio (or why there is none) and, for a row that names its ``ablation`` (the method with its mechanism off,
 all else equal, run in the same table), the probability of ending better than the ablation.
 
+The manifest's ``searches`` are tuning searches on seeds below 100, each read by its declared criterion
+(:func:`search_table`) on its algorithm page.
+
 The manifest's ``labels`` give an algo whose spec is long (its settings in brackets) a short name for the pages;
 each table says, below it, what its labels stand for.
 
@@ -41,6 +44,7 @@ The manifest's ``measurements`` are tables of cost and speed, not returns, from 
 
 import argparse
 import difflib
+import itertools
 import re
 import sys
 from pathlib import Path
@@ -53,6 +57,7 @@ from benchmarks.cells import estimate, interval, link, markdown_table, median_ra
 from benchmarks.output import EvalPoint, read_csv
 from benchmarks.profiling.tables import MEASUREMENT_KINDS
 from benchmarks.protocol import (
+    FIRST_REPORTING_SEED,
     PUBLISHED_RETURNS,
     STACK_PACKAGES,
     ProtocolError,
@@ -60,6 +65,7 @@ from benchmarks.protocol import (
     check_comparison,
     check_reporting_seeds,
     human_normalized,
+    is_atari,
     read_run_records,
 )
 from benchmarks.statistics import central_name, iqm_with_interval, plot_performance_profiles, probability_of_improvement
@@ -439,6 +445,55 @@ def atari_row(table: Table, row: dict[str, Any]) -> list[str]:
     ]
 
 
+def search_table(entry: dict[str, Any], root: Path) -> str:
+    """
+    A tuning search (the manifest's ``searches``), by its criterion fixed in advance: per candidate, env and tuning
+    seed, the mean of the last ``last`` evaluations of the grid up to the ``budget`` in steps, the drops of more than
+    ``drop`` between consecutive evaluations in the budget's second half, and the evaluations with std 0 after step
+    0 (a policy that plays one way); per candidate, the criterion: the mean of those means over seeds (and over
+    games, human-normalised, for Atari). Every run of the search is a step-based run on a seed below 100, on the
+    same grid and software as the others (the protocol's comparison check). Below the table, how many of the
+    declared runs (``candidates`` x ``envs`` x ``seeds``) are in, and which are not; a run outside the declared grid
+    (an earlier question's variant on the same grid) is shown too.
+    """
+    budget, last, drop = int(entry["budget"]), int(entry["last"]), float(entry.get("drop", 1000))
+    runs: dict[tuple[str, str, int], list[EvalPoint]] = {}
+    records = []
+    for folder, env in ((root / folder, env) for folder in entry["data"] for env in entry["envs"]):
+        if (folder / f"{env}.csv").is_file():
+            points = [point for point in read_csv(folder / f"{env}.csv") if point.status == "ok" and point.steps <= budget]
+            for point in points:
+                runs.setdefault((point.algo, env, point.seed), []).append(point)
+            by_run = read_run_records(folder, env)
+            records += [by_run[key] for key in sorted({(point.algo, point.seed) for point in points})]
+    tuning = [record["seed"] for record in records if record["seed"] >= FIRST_REPORTING_SEED]
+    if tuning:
+        raise ProtocolError(f"search {entry['name']}: seeds {sorted(set(tuning))} are reporting seeds, not tuning seeds")
+    check_comparison(records, f"search {entry['name']}")
+    header = ["candidate", "env", "seed", f"mean of the last {last} evaluations", f"drops > {drop:.0f}, second half",
+              "evaluations with std 0", "criterion (mean over seeds)"]  # fmt: skip
+    rows, by_algo = [], {}
+    for (algo, env, seed), run in sorted(runs.items()):
+        run.sort(key=lambda point: point.steps)
+        tail = run[-last:]
+        mean = float(np.mean([point.eval_mean for point in tail]))
+        drops = sum(b.eval_mean - a.eval_mean < -drop for a, b in itertools.pairwise(run) if b.steps > budget / 2)
+        by_algo.setdefault(algo, []).append(human_normalized(env, mean) if is_atari(env) else mean)
+        rows.append([f"`{algo}`", env, str(seed), f"{number(mean)} ({tail[0].steps // 1000}k-{tail[-1].steps // 1000}k steps)",
+                     str(drops), str(sum(point.eval_std == 0 and point.steps > 0 for point in run)), ""])  # fmt: skip
+    for row in rows:
+        scores = by_algo.pop(row[0].strip("`"), None)
+        if scores is not None:
+            form, normalised = (".3f", " human-normalised") if is_atari(row[1]) else (None, "")
+            row[-1] = f"{number(float(np.mean(scores)), form)}{normalised} ({len(scores)} run{'s' * (len(scores) > 1)})"
+    declared = [(algo, env, seed) for algo in entry["candidates"] for env in entry["envs"] for seed in entry["seeds"]]
+    missing = [f"`{algo}` {env} {seed}" for algo, env, seed in declared if (algo, env, seed) not in runs]
+    status = f"{len(declared) - len(missing)} of the {len(declared)} declared runs so far" + (
+        f"; not yet run: {', '.join(missing)}" if missing else ""
+    )
+    return "\n".join(markdown_table(header, rows)) + f"\n\n{status}. Data: {', '.join(entry['data'])}.\n"
+
+
 def render_blocks(manifest: dict[str, Any], root: Path, write_files: bool) -> dict[str, dict[str, str]]:
     """Per page, each block's generated text."""
     labels = manifest.get("labels", {})
@@ -456,6 +511,8 @@ def render_blocks(manifest: dict[str, Any], root: Path, write_files: bool) -> di
         if entry.get("kind") not in MEASUREMENT_KINDS:
             raise ProtocolError(f"measurement {entry['name']}: kind must be one of {sorted(MEASUREMENT_KINDS)}")
         pages.setdefault(entry["page"], {})[entry["name"]] = MEASUREMENT_KINDS[entry["kind"]](entry, root)
+    for entry in manifest.get("searches", []):
+        pages.setdefault(entry["page"], {})[entry["name"]] = search_table(entry, root)
     pages.setdefault("README.md", {})["readme-results"] = readme_table(manifest, tables)
     pages.setdefault("docs/results.md", {})["results-summary"] = readme_table(manifest, tables)
     return pages

@@ -513,3 +513,28 @@ def test_the_readme_gives_p_better_than_the_ablation_once_it_ran_in_the_rows_tab
     tables_main(root)
     readme = (root / "README.md").read_text()
     assert "the steps to 30.0 | 3 | 0.67 [" in readme and "] (impact[collector=sync]) |" in readme
+
+
+def test_a_search_is_read_by_its_declared_criterion_and_says_which_runs_it_lacks(tmp_path):
+    search = {"name": "s", "page": "docs/results.md", "envs": ["Env-v0"], "data": ["data/s"], "budget": 4000,
+              "last": 2, "drop": 10, "candidates": ["impact", "impact[ent_coef=0.01]"], "seeds": [0, 1]}  # fmt: skip
+    root = repository(tmp_path, [], [])
+    manifest = yaml.safe_load((root / "benchmarks" / "tables.yml").read_text())
+    (root / "benchmarks" / "tables.yml").write_text(yaml.safe_dump({**manifest, "searches": [search]}))
+    with (root / "docs" / "results.md").open("a") as page:
+        page.write("<!-- generated: s -->\n<!-- end generated: s -->\n")
+    # Evaluated at 0, 1000, ..., 5000 steps (std 0 in every evaluation); 5000 is past the budget and not counted.
+    write_table(root / "data" / "s", "Env-v0", {("impact", 0): [0, 50, 60, 30, 40, 999],
+                                                ("impact", 1): [0, 10, 20, 30, 40, 999],
+                                                ("impact[ent_coef=0.01]", 0): [0, 10, 20, 30, 50, 999]})  # fmt: skip
+    tables_main(root)
+    page = (root / "docs" / "results.md").read_text()
+    # Seed 0: the last 2 evaluations up to 4000 steps are 30 and 40 (mean 35); one drop of 30 after 2000 steps.
+    assert "| `impact` | Env-v0 | 0 | 35.0 (3k-4k steps) | 1 | 4 | 35.0 (2 runs) |" in page
+    assert "| `impact` | Env-v0 | 1 | 35.0 (3k-4k steps) | 0 | 4 |  |" in page
+    assert "| `impact[ent_coef=0.01]` | Env-v0 | 0 | 40.0 (3k-4k steps) | 0 | 4 | 40.0 (1 run) |" in page
+    assert "3 of the 4 declared runs so far; not yet run: `impact[ent_coef=0.01]` Env-v0 1." in page
+    # A search is for tuning seeds: a reporting seed in its data is refused.
+    write_table(root / "data" / "s", "Env-v0", {("impact", 100): [0, 1, 2, 3, 4, 5]})
+    with pytest.raises(SystemExit, match=r"seeds \[100\] are reporting seeds"):
+        tables_main(root)
