@@ -232,6 +232,29 @@ class Evaluator:
         return returns
 
 
+def pair_checkpoints(checkpoints: list[Path], requests: list[dict[str, Any]]) -> list[Path]:
+    """
+    The checkpoint of each request, in order (``checkpoints`` sorted by name: SF's ``checkpoint_TRAINSTEP_ENVSTEPS``,
+    the train step zero-padded). One each where their numbers agree. Two requests the learner served between the same
+    two SGD steps got one file (the same name); then each request gets the first checkpoint not before the previous
+    request's whose env steps reach the runner's count at the request (``sf/env_steps``, which lags the learner's),
+    and says so (``sf/shared_checkpoint``). ``RuntimeError`` where no checkpoint is left to give.
+    """
+    if len(checkpoints) == len(requests):
+        return checkpoints
+    if not checkpoints or len(checkpoints) > len(requests):
+        raise RuntimeError(f"{len(requests)} checkpoints asked for, {len(checkpoints)} saved")
+    steps = [int(path.stem.split("_")[2]) for path in checkpoints]
+    paired, index = [], 0
+    for request in requests:
+        while index < len(checkpoints) - 1 and steps[index] < request["sf/env_steps"]:
+            index += 1
+        if paired and paired[-1] == checkpoints[index]:
+            request["sf/shared_checkpoint"] = 1
+        paired.append(checkpoints[index])
+    return paired
+
+
 def run(spec: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Train on the grid (checkpoints), then evaluate each: the points as EvalPoint fields, and SF's metrics."""
     import numpy as np
@@ -252,9 +275,7 @@ def run(spec: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]
         if status != ExperimentStatus.SUCCESS:
             raise RuntimeError(f"Sample Factory's training ended with status {status}")
         folder = Path(train_dir) / "run" / "checkpoint_p0"
-        checkpoints = sorted(folder.glob("checkpoint_*.pth"))  # named by train step, zero-padded
-        if len(checkpoints) != len(observer.requests):
-            raise RuntimeError(f"{len(observer.requests)} checkpoints asked for, {len(checkpoints)} saved in {folder}")
+        checkpoints = pair_checkpoints(sorted(folder.glob("checkpoint_*.pth")), observer.requests)
         evaluator = Evaluator(cfg, spec)
         points: list[dict[str, Any]] = []
         rows: list[dict[str, Any]] = []

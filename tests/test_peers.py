@@ -365,6 +365,19 @@ def test_sf_run_reports_the_software_list_of_our_runs():
     assert "sample_factory" in sf_run.STACK_SOFTWARE and "sample_factory" in STACK_PACKAGES["sf"]
 
 
+def test_sf_checkpoints_are_paired_with_the_requests_for_them():
+    """One each; where two requests got one file (the same SGD step), the first checkpoint that reaches each's steps."""
+    from benchmarks.sf_run import pair_checkpoints
+
+    files = [Path(f"checkpoint_{step:09d}_{env_steps}.pth") for step, env_steps in [(8, 4096), (40, 20480), (72, 36864)]]
+    requests = [{"sf/env_steps": value} for value in (0.0, 16384.0, 16384.0, 32768.0)]
+    assert pair_checkpoints(files, requests[:3]) == files
+    assert pair_checkpoints(files, requests) == [files[0], files[1], files[1], files[2]]
+    assert [request.get("sf/shared_checkpoint") for request in requests] == [None, None, 1, None]
+    with pytest.raises(RuntimeError, match="2 checkpoints asked for, 3 saved"):
+        pair_checkpoints(files, requests[:2])
+
+
 def test_an_sf_algo_goes_to_sample_factorys_runner_with_its_python(tmp_path, monkeypatch):
     """
     sf_appo runs ``benchmarks.sf_run`` with $SB3_IMPACT_SF_PYTHON (RLlib's ``--peer-python`` is not its Python); its
