@@ -20,6 +20,7 @@ import sb3_impact.zoo
 from benchmarks.peers import is_peer, peer_hyperparams_source
 from benchmarks.protocol import is_atari
 from benchmarks.rllib_run import PEER_ALGOS
+from benchmarks.sf_run import SF_ALGOS
 from sb3_impact.zoo import ZOO_ALGOS as IMPACT_ALGOS
 from sb3_impact.zoo import hyperparams_path
 
@@ -188,7 +189,7 @@ def validate_names(algos: list[str], env_ids: list[str]) -> None:
     """Raise ``ValueError`` listing the valid names if an algo is unknown or an env lacks a yml entry or a gym id."""
     unknown = [algo for algo in algos if split_variant(algo)[0] not in ALGOS and not is_peer(algo)]
     if unknown:
-        raise ValueError(f"unknown algos {unknown}; valid names: {', '.join(sorted([*ALGOS, *PEER_ALGOS]))}")
+        raise ValueError(f"unknown algos {unknown}; valid names: {', '.join(sorted([*ALGOS, *PEER_ALGOS, *SF_ALGOS]))}")
     for env_id in env_ids:
         if env_id not in gym.registry and is_atari(env_id):
             try:

@@ -11,6 +11,10 @@ benchmarks run --algos impact rllib_appo --env HalfCheetah-v5 ...`` (docs/result
   come back in the rows of :class:`benchmarks.output.EvalPoint`, so the same CSV/JSON, tables, statistics and plots
   serve both, and RLlib's own metrics at each point come back as the run's diagnostics
   (``OUT/records/ENV/diagnostics/ALGO_seedN.csv``, as our runs' logger values).
+- ``sf_appo``: Sample Factory's APPO (sample-factory 2.1.1) with its MuJoCo example's settings on the 2-core
+  machine (``benchmarks/peers.yml``, section ``sample_factory``), on HalfCheetah-v4 (SF pins gymnasium 0.29). Its
+  runs go the same way to :mod:`benchmarks.sf_run`, started with the Python of SF's own virtual environment
+  (``$SB3_IMPACT_SF_PYTHON``, default ``.venv-sf/bin/python``); SF's metrics at each point are its diagnostics.
 - Each peer run's record names its ``stack`` and carries its environment's package versions; the protocol compares
   a peer with our runs on the machine, the settings and the packages both environments have, except the ones the
   peer's stack pins itself (:data:`benchmarks.protocol.STACK_PACKAGES`).
@@ -27,27 +31,51 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.output import machine_id
 from benchmarks.rllib_run import PEER_ALGOS, peer_settings
+from benchmarks.sf_run import SF_ALGOS, sf_settings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PEER_PYTHON = REPO_ROOT / ".venv-rllib" / "bin" / "python"
-PEER_STACK = "rllib"
+DEFAULT_SF_PYTHON = REPO_ROOT / ".venv-sf" / "bin" / "python"
+PEER_STACK = "rllib"  # RLlib's runs' stack
+SF_STACK = "sf"  # Sample Factory's
+# Each stack's runner module, run with its environment's Python from the repository's root.
+RUNNERS = {PEER_STACK: "benchmarks.rllib_run", SF_STACK: "benchmarks.sf_run"}
 STOP_GRACE_SECONDS = 30.0  # after SIGINT, for the peer to stop Ray and exit
 # The RunSpec fields a peer run gets (its SPEC.json, with torch_threads; benchmarks.rllib_run).
 SPEC_FIELDS = ("algo", "env_id", "seed", "steps", "max_seconds", "eval_freq", "eval_seconds", "eval_episodes", "deterministic")
 
 
 def is_peer(algo: str) -> bool:
-    return algo in PEER_ALGOS
+    return algo in PEER_ALGOS or algo in SF_ALGOS
 
 
-def peer_python(given: str | None = None) -> str:
-    """The Python of the peers' environment: ``given``, else ``$SB3_IMPACT_PEER_PYTHON``, else ``.venv-rllib``."""
+def peer_stack(algo: str) -> str:
+    """The stack a peer runs on: ``sf`` for Sample Factory's algos (``sf_*``), else ``rllib``."""
+    return SF_STACK if algo in SF_ALGOS else PEER_STACK
+
+
+def peer_python(given: str | None = None, algo: str | None = None) -> str:
+    """
+    The Python of a peer's environment. RLlib's (any ``algo`` but ``sf_*``): ``given`` (``--peer-python``), else
+    ``$SB3_IMPACT_PEER_PYTHON``, else ``.venv-rllib``; Sample Factory's: ``$SB3_IMPACT_SF_PYTHON``, else ``.venv-sf``.
+    """
+    if algo is not None and peer_stack(algo) == SF_STACK:
+        return os.environ.get("SB3_IMPACT_SF_PYTHON") or str(DEFAULT_SF_PYTHON)
     return given or os.environ.get("SB3_IMPACT_PEER_PYTHON") or str(DEFAULT_PEER_PYTHON)
 
 
 def check_peer(algo: str, env_id: str, python: str) -> None:
     """``ValueError`` before anything runs: no settings for the pair, or no peers' environment to run it in."""
+    if peer_stack(algo) == SF_STACK:
+        sf_settings(algo, env_id)
+        if not Path(python).is_file():
+            raise ValueError(
+                f"{algo} runs in Sample Factory's own environment, and {python} does not exist: make it (sample-factory "
+                '2.1.1, mujoco; docs/guide/benchmarks.md, "Peers") or set SB3_IMPACT_SF_PYTHON'
+            )
+        return
     peer_settings(algo, env_id)
     if not Path(python).is_file():
         raise ValueError(
@@ -57,21 +85,23 @@ def check_peer(algo: str, env_id: str, python: str) -> None:
 
 
 def peer_hyperparams_source(algo: str, env_id: str) -> str:
-    return peer_settings(algo, env_id)["source"]
+    settings = sf_settings(algo, env_id) if peer_stack(algo) == SF_STACK else peer_settings(algo, env_id)
+    return settings["source"]
 
 
 @functools.cache
-def peer_software(python: str) -> dict[str, str | None]:
-    """The package versions of the peers' environment (its ``benchmarks.rllib_run --software``)."""
-    command = [python, "-m", "benchmarks.rllib_run", "--software"]
+def peer_software(python: str, stack: str = PEER_STACK) -> dict[str, str | None]:
+    """The package versions of a peer's environment (its runner's ``--software``)."""
+    command = [python, "-m", RUNNERS[stack], "--software"]
     completed = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=True)
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
 def run_peer(spec: Any, python: str, torch_threads: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """
-    One peer run (a :class:`benchmarks.pool.RunSpec`) in the peers' environment: its points as ``EvalPoint`` fields,
-    and its diagnostics rows (RLlib's metrics at each point, keyed by algo, seed and steps).
+    One peer run (a :class:`benchmarks.pool.RunSpec`) in its stack's environment, by its stack's runner
+    (:data:`RUNNERS`): its points as ``EvalPoint`` fields (this machine's name where the runner leaves it out), and its
+    diagnostics rows (RLlib's or SF's metrics at each point, keyed by algo, seed and steps).
     The subprocess leads its own process group (Ray's processes join it); Ctrl-C or any exit here stops it: SIGINT,
     :data:`STOP_GRACE_SECONDS` for it to shut Ray down, then SIGKILL to the group. Raises ``RuntimeError`` with
     the end of its output when it fails.
@@ -82,7 +112,7 @@ def run_peer(spec: Any, python: str, torch_threads: int) -> tuple[list[dict[str,
         spec_path.write_text(json.dumps(run))
         with open(log_path, "w") as log:
             process = subprocess.Popen(
-                [python, "-m", "benchmarks.rllib_run", str(spec_path), str(result_path)],
+                [python, "-m", RUNNERS[peer_stack(spec.algo)], str(spec_path), str(result_path)],
                 cwd=REPO_ROOT,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -97,7 +127,8 @@ def run_peer(spec: Any, python: str, torch_threads: int) -> tuple[list[dict[str,
             tail = log_path.read_text()[-3000:]
             raise RuntimeError(f"{spec.algo} exited with code {returncode}: {tail}")
         result = json.loads(result_path.read_text())
-        return result["points"], result["diagnostics"]
+        points = [{"machine": machine_id("cpu"), **point} for point in result["points"]]
+        return points, result["diagnostics"]
 
 
 def _wait_unreaped(process: subprocess.Popen, timeout: float | None = None) -> bool:

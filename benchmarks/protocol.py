@@ -56,7 +56,10 @@ ATARI_REFERENCE_SCORES: dict[str, tuple[float, float]] = {
 
 # What a peer's stack (a run record's ``stack``; ours has none) installs and pins itself: compared only among that
 # stack's runs. Every other package is compared across all the runs of a table wherever both environments have it.
-STACK_PACKAGES: dict[str, tuple[str, ...]] = {"rllib": ("ray", "gymnasium")}
+STACK_PACKAGES: dict[str, tuple[str, ...]] = {
+    "rllib": ("ray", "gymnasium"),
+    "sf": ("sample_factory", "gymnasium", "numpy"),  # sample-factory 2.1.1 pins gymnasium 0.29, numpy 1.x
+}
 
 
 def is_atari(env_id: str) -> bool:

@@ -34,7 +34,7 @@ from benchmarks.output import (
     write_csv,
     write_json,
 )
-from benchmarks.peers import PEER_STACK, check_peer, is_peer, peer_python, peer_software
+from benchmarks.peers import check_peer, is_peer, peer_python, peer_software, peer_stack
 from benchmarks.plot import plot_curves
 from benchmarks.pool import RunSpec, failed_point, run_benchmark, run_in_parallel, sigterm_as_keyboard_interrupt
 from benchmarks.protocol import (
@@ -88,7 +88,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "to --out/ENV.csv, then rewrite ENV.json and ENV.png as --summarize does")  # fmt: skip
     parser.add_argument("--peer-python", default=None,
                         help="Python of RLlib's environment for the peers rllib_appo/rllib_impala (default: "
-                        "$SB3_IMPACT_PEER_PYTHON or .venv-rllib/bin/python; made by benchmarks/recipes/peers.sh)")  # fmt: skip
+                        "$SB3_IMPACT_PEER_PYTHON or .venv-rllib/bin/python; made by benchmarks/recipes/peers.sh); Sample "
+                        "Factory's sf_appo runs with $SB3_IMPACT_SF_PYTHON or .venv-sf/bin/python")  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("results"))
     return parser.parse_args(argv)
 
@@ -141,8 +142,8 @@ def run_record(args: argparse.Namespace, spec: RunSpec, points: list[EvalPoint])
     machine = this_machine(args)
     stack = {}
     if is_peer(spec.algo):  # its own environment's packages (benchmarks.peers)
-        machine["software"] = peer_software(spec.peer_python)
-        stack = {"stack": PEER_STACK}
+        machine["software"] = peer_software(spec.peer_python, peer_stack(spec.algo))
+        stack = {"stack": peer_stack(spec.algo)}
     return {
         **stack,
         "algo": spec.algo,
@@ -266,11 +267,12 @@ def run_specs(args: argparse.Namespace) -> list[RunSpec]:
         keys = [(env, seed, algo) for env in args.envs for algo in args.algos for seed in seeds]
     options = {"eval_freq": args.eval_freq, "eval_episodes": args.eval_episodes, "device": args.device}
     options.update(eval_seconds=args.eval_seconds, max_seconds=args.max_seconds)
-    options.update(records=tuple(args.record), record_dir=str(args.out), peer_python=peer_python(args.peer_python))
+    options.update(records=tuple(args.record), record_dir=str(args.out))
     return [
-        RunSpec(algo, env, seed, args.steps, subproc=algo in args.subproc, deterministic=policy == "deterministic", **options)
+        RunSpec(algo, env, seed, args.steps, subproc=algo in args.subproc, deterministic=deterministic, **run_options)
         for env, seed, algo in keys
-        for policy in [eval_policy(env)]
+        for deterministic in [eval_policy(env) == "deterministic"]
+        for run_options in [{**options, "peer_python": peer_python(args.peer_python, algo)}]
     ]
 
 
@@ -379,7 +381,7 @@ def main(argv: list[str] | None = None) -> None:
             raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
         validate_names(args.algos, args.envs)
         for algo, env in [(algo, env) for algo in args.algos if is_peer(algo) for env in args.envs]:
-            check_peer(algo, env, peer_python(args.peer_python))
+            check_peer(algo, env, peer_python(args.peer_python, algo))
         validate_recorders(args.record, args.algos)
         check_eval_settings(args.envs, args.eval_episodes)
     except ValueError as error:

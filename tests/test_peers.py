@@ -26,7 +26,7 @@ from benchmarks.config import ZooExperiment, load_zoo_hyperparams, make_training
 from benchmarks.diagnostics import diagnostics_path
 from benchmarks.output import machine_description, read_csv
 from benchmarks.pool import RunSpec
-from benchmarks.protocol import ProtocolError, check_comparison, is_atari, read_run_records
+from benchmarks.protocol import STACK_PACKAGES, ProtocolError, check_comparison, is_atari, read_run_records
 from benchmarks.rllib_run import (
     MONITOR_RETURN,
     PEER_SETTINGS,
@@ -41,6 +41,8 @@ from tests.test_tables import record
 
 HAS_RLLIB = Path(peers.peer_python()).is_file()
 needs_rllib = pytest.mark.skipif(not HAS_RLLIB, reason="needs RLlib's environment: benchmarks/recipes/peers.sh")
+HAS_SF = bool(os.environ.get("SB3_IMPACT_SF_PYTHON")) and Path(peers.peer_python(algo="sf_appo")).is_file()
+needs_sf = pytest.mark.skipif(not HAS_SF, reason="needs SB3_IMPACT_SF_PYTHON: the Python of Sample Factory's environment")
 
 
 def stand_in_python(tmp_path: Path) -> str:
@@ -353,3 +355,86 @@ def test_the_harness_and_rllib_evaluate_the_same_weights_alike():
     assert result["sampled_steps"] > 0
     assert result["harness"]["episodes"] == result["rllib_sample"]["episodes"] == result["rllib_evaluate"]["episodes"] == 20
     assert result["agree"], result
+
+
+def test_sf_run_reports_the_software_list_of_our_runs():
+    """benchmarks.sf_run cannot import benchmarks.output (pandas) in SF's environment: its copy of the list agrees."""
+    from benchmarks import output, sf_run
+
+    assert sf_run.SOFTWARE == output.SOFTWARE and sf_run.EVAL_SEED_OFFSET == 10_000
+    assert "sample_factory" in sf_run.STACK_SOFTWARE and "sample_factory" in STACK_PACKAGES["sf"]
+
+
+def test_sf_checkpoints_are_paired_with_the_requests_for_them():
+    """One each; where two requests got one file (the same SGD step), the first checkpoint that reaches each's steps."""
+    from benchmarks.sf_run import pair_checkpoints
+
+    files = [Path(f"checkpoint_{step:09d}_{env_steps}.pth") for step, env_steps in [(8, 4096), (40, 20480), (72, 36864)]]
+    requests = [{"sf/env_steps": value} for value in (0.0, 16384.0, 16384.0, 32768.0)]
+    assert pair_checkpoints(files, requests[:3]) == files
+    assert pair_checkpoints(files, requests) == [files[0], files[1], files[1], files[2]]
+    assert [request.get("sf/shared_checkpoint") for request in requests] == [None, None, 1, None]
+    with pytest.raises(RuntimeError, match="2 checkpoints asked for, 3 saved"):
+        pair_checkpoints(files, requests[:2])
+
+
+def test_an_sf_algo_goes_to_sample_factorys_runner_with_its_python(tmp_path, monkeypatch):
+    """
+    sf_appo runs ``benchmarks.sf_run`` with $SB3_IMPACT_SF_PYTHON (RLlib's ``--peer-python`` is not its Python); its
+    points, diagnostics and record come back as RLlib's do, the record naming the ``sf`` stack.
+    """
+    called = tmp_path / "called"
+    python = tmp_path / "sf-python"
+    python.write_text(f'#!/bin/sh\necho "$0 $2" >> "{called}"\nshift 2\nexec "{sys.executable}" -m tests.peer_stand_in "$@"\n')
+    python.chmod(python.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("SB3_IMPACT_SF_PYTHON", str(python))
+    assert peers.peer_python(str(tmp_path / "rllib"), "sf_appo") == str(python)
+    assert peers.peer_python(str(tmp_path / "rllib"), "rllib_appo") == str(tmp_path / "rllib")
+    run_module.main(["--algos", "sf_appo", "--env", "HalfCheetah-v4", "--seeds", "1", "--first-seed", "100",
+                     "--steps", "2000", "--eval-freq", "1000", "--eval-episodes", "2",
+                     "--peer-python", str(tmp_path / "rllib"), "--out", str(tmp_path / "out")])  # fmt: skip
+    assert set(called.read_text().splitlines()) == {f"{python} benchmarks.sf_run"}  # --software, then the run
+    points = read_csv(tmp_path / "out" / "HalfCheetah-v4.csv")
+    assert [point.eval_mean for point in points] == [0.0, 10.0, 20.0]
+    assert {point.machine for point in points} == {machine_description()["name"]}
+    rows = read_rows(diagnostics_path(tmp_path / "out", "HalfCheetah-v4", "sf_appo", 100))
+    assert [int(row["steps"]) for row in rows] == [point.steps for point in points]
+    record = read_run_records(tmp_path / "out", "HalfCheetah-v4")[("sf_appo", 100)]
+    assert record["stack"] == "sf" and "sf_examples/mujoco" in record["hyperparams"]
+
+
+def test_an_sf_algo_without_its_environment_or_settings_is_refused_before_any_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("SB3_IMPACT_SF_PYTHON", str(tmp_path / "none"))
+    with pytest.raises(SystemExit, match=r"Sample Factory's own environment.*SB3_IMPACT_SF_PYTHON"):
+        run_module.main(["--algos", "sf_appo", "--env", "HalfCheetah-v4", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match="no Sample Factory settings for sf_appo on CartPole-v1; there are: sf_appo on"):
+        run_module.main(["--algos", "sf_appo", "--env", "CartPole-v1", "--out", str(tmp_path)])
+    assert not list(tmp_path.iterdir())
+
+
+def test_sf_peers_are_compared_among_themselves_on_the_packages_sf_pins():
+    machine = machine_description()
+    machine["software"] = {**machine["software"], "gymnasium": "0.29.1", "numpy": "1.26.4", "sample_factory": "2.1.1"}
+    ours, sf = record("impact", "E", 100), record("sf_appo", "E", 100, stack="sf", machine=machine)
+    check_comparison([ours, sf], "t")  # its own gymnasium and numpy: compared
+    other = {**machine, "software": {**machine["software"], "sample_factory": "2.0.0"}}
+    with pytest.raises(ProtocolError, match="sample_factory differs"):
+        check_comparison([ours, sf, record("sf_appo", "E", 101, stack="sf", machine=other)], "t")
+
+
+@needs_sf
+@pytest.mark.timeout(400)
+def test_sf_appo_runs_under_the_protocol(tmp_path):
+    """The real Sample Factory, where $SB3_IMPACT_SF_PYTHON names its environment: 20 s of APPO on HalfCheetah-v4."""
+    budget = ["--max-seconds", "20", "--eval-seconds", "10", "--eval-episodes", "1"]
+    run_module.main(["--algos", "sf_appo", "--env", "HalfCheetah-v4", "--seeds", "1", "--first-seed", "100",
+                     *budget, "--out", str(tmp_path)])  # fmt: skip
+    points = read_csv(tmp_path / "HalfCheetah-v4.csv")
+    assert all(point.status == "ok" for point in points), points[-1].error
+    assert points[0].steps == 0 and len(points) >= 3 and points[-1].wall_seconds >= 20
+    assert all(np.isfinite(point.eval_mean) for point in points)
+    assert [point.steps for point in points] == sorted(point.steps for point in points) and points[-1].steps > 0
+    last = read_rows(diagnostics_path(tmp_path, "HalfCheetah-v4", "sf_appo", 100))[-1]
+    assert float(last["sf/train/loss"]) == float(last["sf/train/loss"]) and float(last["sf/env_steps"]) > 0
+    record = read_run_records(tmp_path, "HalfCheetah-v4")[("sf_appo", 100)]
+    assert record["stack"] == "sf" and record["machine"]["software"]["sample_factory"] == "2.1.1"

@@ -10,7 +10,7 @@
 # policy (deterministic; Atari: the stochastic policy on 10 whole games). Reporting seeds from 100. Then
 # `python -m benchmarks tables`. The tables measured up to 2026-11-28 ran RLlib's tuned examples, now the specs
 # rllib_appo_example and rllib_impala_example (`--algos impact rllib_appo_example ...` reproduces them).
-# Sample Factory is not run: see docs/guide/benchmarks.md, "Peers".
+# Sample Factory (sf_appo, its own environment) is not in this recipe: see docs/guide/benchmarks.md, "Peers".
 set -euo pipefail
 OUT=${OUT:-results}
 PEER_VENV=$(realpath -m "${PEER_VENV:-.venv-rllib}")   # relative to the repository root, or absolute
