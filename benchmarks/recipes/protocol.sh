@@ -50,5 +50,11 @@ python -m benchmarks run --algos ppo impact --env HalfCheetah-v5 --first-seed 10
     --max-seconds 600 --eval-seconds 30 --eval-episodes 10 --out "$OUT/impact_ppo_600s"
 python -m benchmarks run --algos "$PPO_DEFAULTS" impact --env Hopper-v5 --first-seed 100 --seeds 3 --steps 10000000 \
     --max-seconds 600 --eval-seconds 30 --eval-episodes 10 --out "$OUT/impact_ppo_hopper_600s"
+# Its re-measurement after the entropy search (impact.yml, Hopper-v5), on fresh seeds, with the ablation beside it
+# (the same settings, the collector in the learner's loop). Seeds 200-202 first; 203-204 with --first-seed 203
+# --seeds 2 --append.
+python -m benchmarks run --algos "$PPO_DEFAULTS" impact "impact[collector=sync]" --env Hopper-v5 --first-seed 200 --order interleaved \
+    --seeds 3 --steps 10000000 --max-seconds 600 --eval-seconds 30 --eval-episodes 10 \
+    --out "$OUT/impact_ppo_hopper_600s_200"
 python -m benchmarks run --algos ppo impala --env HalfCheetah-v5 --first-seed 100 --seeds 3 --steps 100000000 \
     --max-seconds 600 --eval-seconds 30 --eval-episodes 10 --out "$OUT/impala_ppo_600s"
