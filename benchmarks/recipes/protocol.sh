@@ -37,6 +37,9 @@ python -m benchmarks run --algos ppo ppo_amber --env Walker2d-v5 --first-seed 10
 # PTR-PPO's steps to PPO's return on CartPole-v1, at the yml budget of both (100k steps, step-based).
 python -m benchmarks run --algos ppo ptr_ppo --env CartPole-v1 --first-seed 100 --seeds 3 --steps 100000 \
     --eval-freq 5000 --eval-episodes 10 --jobs 1 --torch-threads 1 --out "$OUT/ptr_ppo_ppo_cartpole"
+# Its ablation (replay off, all else equal), appended on the same seeds in a later sitting (issue 64).
+python -m benchmarks run --algos "ptr_ppo[replay_rounds=0]" --env CartPole-v1 --first-seed 100 --seeds 3 --steps 100000 \
+    --eval-freq 5000 --eval-episodes 10 --jobs 1 --torch-threads 1 --append --out "$OUT/ptr_ppo_ppo_cartpole"
 
 # PTR-PPO under the Atari protocol: 160k steps (the paper's Table 2 budget), 10 stochastic whole games every 20k.
 python -m benchmarks run --algos ppo ptr_ppo --env AtlantisNoFrameskip-v4 QbertNoFrameskip-v4 UpNDownNoFrameskip-v4 \
@@ -51,10 +54,13 @@ python -m benchmarks run --algos ppo impact --env HalfCheetah-v5 --first-seed 10
 python -m benchmarks run --algos "$PPO_DEFAULTS" impact --env Hopper-v5 --first-seed 100 --seeds 3 --steps 10000000 \
     --max-seconds 600 --eval-seconds 30 --eval-episodes 10 --out "$OUT/impact_ppo_hopper_600s"
 # Its re-measurement after the entropy search (impact.yml, Hopper-v5), on fresh seeds, with the ablation beside it
-# (the same settings, the collector in the learner's loop). Seeds 200-202 first; 203-204 with --first-seed 203
-# --seeds 2 --append.
-python -m benchmarks run --algos "$PPO_DEFAULTS" impact "impact[collector=sync]" --env Hopper-v5 --first-seed 200 --order interleaved \
-    --seeds 3 --steps 10000000 --max-seconds 600 --eval-seconds 30 --eval-episodes 10 \
+# (the same settings, the collector in the learner's loop): seeds 200-202 for all three, then 203-204 for IMPACT
+# and PPO (five seeds for a changed entry, three for its ablation).
+python -m benchmarks run --algos "$PPO_DEFAULTS" impact "impact[collector=sync]" --env Hopper-v5 --first-seed 200 \
+    --order interleaved --seeds 3 --steps 10000000 --max-seconds 600 --eval-seconds 30 --eval-episodes 10 \
+    --out "$OUT/impact_ppo_hopper_600s_200"
+python -m benchmarks run --algos "$PPO_DEFAULTS" impact --env Hopper-v5 --first-seed 203 --order interleaved \
+    --seeds 2 --steps 10000000 --max-seconds 600 --eval-seconds 30 --eval-episodes 10 --append \
     --out "$OUT/impact_ppo_hopper_600s_200"
 python -m benchmarks run --algos ppo impala --env HalfCheetah-v5 --first-seed 100 --seeds 3 --steps 100000000 \
     --max-seconds 600 --eval-seconds 30 --eval-episodes 10 --out "$OUT/impala_ppo_600s"
