@@ -39,7 +39,7 @@ python -m benchmarks run --algos ppo ptr_ppo --env CartPole-v1 --first-seed 100 
     --eval-freq 5000 --eval-episodes 10 --jobs 1 --torch-threads 1 --out "$OUT/ptr_ppo_ppo_cartpole"
 # Its ablation (replay off, all else equal), appended on the same seeds in a later sitting (issue 64).
 python -m benchmarks run --algos "ptr_ppo[replay_rounds=0]" --env CartPole-v1 --first-seed 100 --seeds 3 --steps 100000 \
-    --eval-freq 5000 --eval-episodes 10 --jobs 1 --torch-threads 1 --append --out "$OUT/ptr_ppo_ppo_cartpole"
+    --eval-freq 5000 --eval-episodes 10 --jobs 1 --torch-threads 1 --append --baseline ppo --out "$OUT/ptr_ppo_ppo_cartpole"
 
 # PTR-PPO under the Atari protocol: 160k steps (the paper's Table 2 budget), 10 stochastic whole games every 20k.
 python -m benchmarks run --algos ppo ptr_ppo --env AtlantisNoFrameskip-v4 QbertNoFrameskip-v4 UpNDownNoFrameskip-v4 \
