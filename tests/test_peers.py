@@ -173,6 +173,15 @@ def read_rows(path: Path) -> list[dict]:
         return list(csv.DictReader(file))
 
 
+def short_peer_run(tmp_path: Path, algo: str, env: str, max_seconds: int, eval_seconds: int, eval_episodes: int) -> list:
+    """One seed (100) of ``algo`` on ``env`` through ``python -m benchmarks run``; its points, every one finished."""
+    budget = ["--max-seconds", str(max_seconds), "--eval-seconds", str(eval_seconds), "--eval-episodes", str(eval_episodes)]
+    run_module.main(["--algos", algo, "--env", env, "--seeds", "1", "--first-seed", "100", *budget, "--out", str(tmp_path)])
+    points = read_csv(tmp_path / f"{env}.csv")
+    assert all(point.status == "ok" for point in points), points[-1].error
+    return points
+
+
 def step_together(ours, theirs, steps: int, seed: int) -> None:
     """Step two vec envs with the same random actions; their observations, rewards and dones must agree."""
     rng = np.random.default_rng(seed)
@@ -313,11 +322,7 @@ def test_rllib_impala_runs_under_the_protocol(tmp_path):
     The real peer, where its environment exists: a short IMPALA run on CartPole-v1 gives its grid of points, and
     RLlib's metrics at each of them.
     """
-    budget = ["--max-seconds", "15", "--eval-seconds", "5", "--eval-episodes", "2"]
-    run_module.main(["--algos", "rllib_impala", "--env", "CartPole-v1", "--seeds", "1", "--first-seed", "100", *budget,
-                     "--out", str(tmp_path)])  # fmt: skip
-    points = read_csv(tmp_path / "CartPole-v1.csv")
-    assert all(point.status == "ok" for point in points), points[-1].error
+    points = short_peer_run(tmp_path, "rllib_impala", "CartPole-v1", max_seconds=15, eval_seconds=5, eval_episodes=2)
     assert points[0].steps == 0 and points[-1].wall_seconds >= 15 and len(points) >= 4
     rows = read_rows(diagnostics_path(tmp_path, "CartPole-v1", "rllib_impala", 100))
     assert [int(row["steps"]) for row in rows] == [point.steps for point in points]
@@ -332,11 +337,7 @@ def test_rllib_impala_runs_under_the_protocol(tmp_path):
 @pytest.mark.timeout(300)
 def test_rllib_appo_refreshes_its_target_and_is_evaluated_through_its_observation_filter(tmp_path):
     """APPO's HalfCheetah-v5 settings run: target refreshes counted, the MeanStdFilter's statistics in evaluation."""
-    budget = ["--max-seconds", "40", "--eval-seconds", "40", "--eval-episodes", "1"]
-    run_module.main(["--algos", "rllib_appo", "--env", "HalfCheetah-v5", "--seeds", "1", "--first-seed", "100",
-                     *budget, "--out", str(tmp_path)])  # fmt: skip
-    points = read_csv(tmp_path / "HalfCheetah-v5.csv")
-    assert all(point.status == "ok" for point in points), points[-1].error
+    points = short_peer_run(tmp_path, "rllib_appo", "HalfCheetah-v5", max_seconds=40, eval_seconds=40, eval_episodes=1)
     last = read_rows(diagnostics_path(tmp_path, "HalfCheetah-v5", "rllib_appo", 100))[-1]
     assert int(last["counted/num_target_updates"]) >= 1 and int(last["counted/dropped_draws"]) >= 0
     assert int(last["counted/draws"]) > int(last["counted/batches"]) > 0  # a batch is drawn up to K = 10 times
@@ -426,11 +427,7 @@ def test_sf_peers_are_compared_among_themselves_on_the_packages_sf_pins():
 @pytest.mark.timeout(400)
 def test_sf_appo_runs_under_the_protocol(tmp_path):
     """The real Sample Factory, where $SB3_IMPACT_SF_PYTHON names its environment: 20 s of APPO on HalfCheetah-v4."""
-    budget = ["--max-seconds", "20", "--eval-seconds", "10", "--eval-episodes", "1"]
-    run_module.main(["--algos", "sf_appo", "--env", "HalfCheetah-v4", "--seeds", "1", "--first-seed", "100",
-                     *budget, "--out", str(tmp_path)])  # fmt: skip
-    points = read_csv(tmp_path / "HalfCheetah-v4.csv")
-    assert all(point.status == "ok" for point in points), points[-1].error
+    points = short_peer_run(tmp_path, "sf_appo", "HalfCheetah-v4", max_seconds=20, eval_seconds=10, eval_episodes=1)
     assert points[0].steps == 0 and len(points) >= 3 and points[-1].wall_seconds >= 20
     assert all(np.isfinite(point.eval_mean) for point in points)
     assert [point.steps for point in points] == sorted(point.steps for point in points) and points[-1].steps > 0
