@@ -62,5 +62,9 @@ python -m benchmarks run --algos "$PPO_DEFAULTS" impact "impact[collector=sync]"
 python -m benchmarks run --algos "$PPO_DEFAULTS" impact --env Hopper-v5 --first-seed 203 --order interleaved \
     --seeds 2 --steps 10000000 --max-seconds 600 --eval-seconds 30 --eval-episodes 10 --append \
     --out "$OUT/impact_ppo_hopper_600s_200"
+# The ablation's seeds 203-204, appended in a later sitting: three seeds left its comparison inside the spread.
+python -m benchmarks run --algos "impact[collector=sync]" --env Hopper-v5 --first-seed 203 --order interleaved \
+    --seeds 2 --steps 10000000 --max-seconds 600 --eval-seconds 30 --eval-episodes 10 --append \
+    --baseline "$PPO_DEFAULTS" --out "$OUT/impact_ppo_hopper_600s_200"
 python -m benchmarks run --algos ppo impala --env HalfCheetah-v5 --first-seed 100 --seeds 3 --steps 100000000 \
     --max-seconds 600 --eval-seconds 30 --eval-episodes 10 --out "$OUT/impala_ppo_600s"
