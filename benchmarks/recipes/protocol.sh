@@ -33,6 +33,13 @@ python -m benchmarks run --algos ppo ppo_amber --env HalfCheetah-v5 --first-seed
     --out "$OUT/ppo_amber_ppo_1m" --merge "$OUT/vracer_ppo_halfcheetah_1m" "$OUT/ppo_amber_halfcheetah_1m"
 python -m benchmarks run --algos ppo ppo_amber --env Walker2d-v5 --first-seed 100 --seeds 3 "${STEPS_1M[@]}" \
     --out "$OUT/ppo_amber_ppo_1m"
+# The HalfCheetah-v5 row's ablation (replay off, all else equal), appended on its seeds in a later sitting (issue 64).
+python -m benchmarks run --algos "ppo_amber[replay_length=1]" --env HalfCheetah-v5 --first-seed 100 --seeds 3 \
+    "${STEPS_1M[@]}" --append --baseline ppo --out "$OUT/ppo_amber_ppo_1m"
+# The Walker2d-v5 row after its eps_b search (ppo_amber.yml: lin_0.25), on fresh seeds 200-204, PPO and the ablation
+# beside it; run over sittings as --first-seed N --seeds K (--append after the first).
+python -m benchmarks run --algos ppo ppo_amber "ppo_amber[replay_length=1]" --env Walker2d-v5 --first-seed 200 \
+    --seeds 5 --order interleaved "${STEPS_1M[@]}" --out "$OUT/ppo_amber_ppo_walker2d_1m_200"
 
 # PTR-PPO's steps to PPO's return on CartPole-v1, at the yml budget of both (100k steps, step-based).
 python -m benchmarks run --algos ppo ptr_ppo --env CartPole-v1 --first-seed 100 --seeds 3 --steps 100000 \
