@@ -451,10 +451,12 @@ def search_table(entry: dict[str, Any], root: Path) -> str:
     seed, the mean of the last ``last`` evaluations of the grid up to the ``budget`` in steps, the drops of more than
     ``drop`` between consecutive evaluations in the budget's second half, and the evaluations with std 0 after step
     0 (a policy that plays one way); per candidate, the criterion: the mean of those means over seeds (and over
-    games, human-normalised, for Atari). Every run of the search is a step-based run on a seed below 100, on the
-    same grid and software as the others (the protocol's comparison check). Below the table, how many of the
-    declared runs (``candidates`` x ``envs`` x ``seeds``) are in, and which are not; a run outside the declared grid
-    (an earlier question's variant on the same grid) is shown too.
+    games, human-normalised, for Atari). With ``std_0_out: true`` the criterion puts out a candidate with any
+    evaluation of std 0 after step 0: its cell says so and its runs still to come are not needed. Every run of the
+    search is a step-based run on a seed below 100, on the same grid and software as the others (the protocol's
+    comparison check). Below the table, how many of the declared runs (``candidates`` x ``envs`` x ``seeds``) are
+    in, and which are still needed; a run outside the declared grid (an earlier question's variant on the same
+    grid) is shown too.
     """
     budget, last, drop = int(entry["budget"]), int(entry["last"]), float(entry.get("drop", 1000))
     runs: dict[tuple[str, str, int], list[EvalPoint]] = {}
@@ -472,25 +474,35 @@ def search_table(entry: dict[str, Any], root: Path) -> str:
     check_comparison(records, f"search {entry['name']}")
     header = ["candidate", "env", "seed", f"mean of the last {last} evaluations", f"drops > {drop:.0f}, second half",
               "evaluations with std 0", "criterion (mean over seeds)"]  # fmt: skip
-    rows, by_algo = [], {}
+    rows, by_algo, out = [], {}, set()
     for (algo, env, seed), run in sorted(runs.items()):
         run.sort(key=lambda point: point.steps)
         tail = run[-last:]
         mean = float(np.mean([point.eval_mean for point in tail]))
         drops = sum(b.eval_mean - a.eval_mean < -drop for a, b in itertools.pairwise(run) if b.steps > budget / 2)
+        one_way = sum(point.eval_std == 0 and point.steps > 0 for point in run)
+        if one_way and entry.get("std_0_out", False):
+            out.add(algo)
         by_algo.setdefault(algo, []).append(human_normalized(env, mean) if is_atari(env) else mean)
         rows.append([f"`{algo}`", env, str(seed), f"{number(mean)} ({tail[0].steps // 1000}k-{tail[-1].steps // 1000}k steps)",
-                     str(drops), str(sum(point.eval_std == 0 and point.steps > 0 for point in run)), ""])  # fmt: skip
+                     str(drops), str(one_way), ""])  # fmt: skip
     for row in rows:
-        scores = by_algo.pop(row[0].strip("`"), None)
+        algo = row[0].strip("`")
+        scores = by_algo.pop(algo, None)
         if scores is not None:
             form, normalised = (".3f", " human-normalised") if is_atari(row[1]) else (None, "")
             row[-1] = f"{number(float(np.mean(scores)), form)}{normalised} ({len(scores)} run{'s' * (len(scores) > 1)})"
+            row[-1] = f"out: an evaluation with std 0 ({row[-1]})" if algo in out else row[-1]
     declared = [(algo, env, seed) for algo in entry["candidates"] for env in entry["envs"] for seed in entry["seeds"]]
-    missing = [f"`{algo}` {env} {seed}" for algo, env, seed in declared if (algo, env, seed) not in runs]
+    missing = [(algo, env, seed) for algo, env, seed in declared if (algo, env, seed) not in runs]
+    needed = [f"`{algo}` {env} {seed}" for algo, env, seed in missing if algo not in out]
     status = f"{len(declared) - len(missing)} of the {len(declared)} declared runs so far" + (
-        f"; not yet run: {', '.join(missing)}" if missing else ""
+        f"; still needed: {', '.join(needed)}" if needed else ""
     )
+    if out & {algo for algo, _, _ in missing}:
+        status += f"; not needed, the candidate being out: {len(missing) - len(needed)} runs of " + ", ".join(
+            f"`{algo}`" for algo in sorted(out)
+        )
     return "\n".join(markdown_table(header, rows)) + f"\n\n{status}. Data: {', '.join(entry['data'])}.\n"
 
 

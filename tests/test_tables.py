@@ -6,6 +6,7 @@ baseline's own steps and time to the same return, censored where a run never get
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -533,8 +534,36 @@ def test_a_search_is_read_by_its_declared_criterion_and_says_which_runs_it_lacks
     assert "| `impact` | Env-v0 | 0 | 35.0 (3k-4k steps) | 1 | 4 | 35.0 (2 runs) |" in page
     assert "| `impact` | Env-v0 | 1 | 35.0 (3k-4k steps) | 0 | 4 |  |" in page
     assert "| `impact[ent_coef=0.01]` | Env-v0 | 0 | 40.0 (3k-4k steps) | 0 | 4 | 40.0 (1 run) |" in page
-    assert "3 of the 4 declared runs so far; not yet run: `impact[ent_coef=0.01]` Env-v0 1." in page
+    assert "3 of the 4 declared runs so far; still needed: `impact[ent_coef=0.01]` Env-v0 1." in page
     # A search is for tuning seeds: a reporting seed in its data is refused.
     write_table(root / "data" / "s", "Env-v0", {("impact", 100): [0, 1, 2, 3, 4, 5]})
     with pytest.raises(SystemExit, match=r"seeds \[100\] are reporting seeds"):
         tables_main(root)
+
+
+def test_a_search_whose_criterion_puts_out_a_policy_that_plays_one_way_says_so_and_needs_no_more_of_its_runs(tmp_path):
+    search = {"name": "s", "page": "docs/results.md", "envs": ["Env-v0"], "data": ["data/s"], "budget": 4000,
+              "last": 2, "candidates": ["impact", "impact[ent_coef=0.01]"], "seeds": [0, 1], "std_0_out": True}  # fmt: skip
+    root = repository(tmp_path, [], [])
+    manifest = yaml.safe_load((root / "benchmarks" / "tables.yml").read_text())
+    (root / "benchmarks" / "tables.yml").write_text(yaml.safe_dump({**manifest, "searches": [search]}))
+    with (root / "docs" / "results.md").open("a") as page:
+        page.write("<!-- generated: s -->\n<!-- end generated: s -->\n")
+    write_table(root / "data" / "s", "Env-v0", {("impact", 0): [0, 50, 60, 30, 40]})
+
+    def with_std(stds: list[float]) -> None:
+        points = [replace(point, eval_std=std) for point, std in zip(read_csv(folder / "Env-v0.csv"), stds, strict=True)]
+        write_csv(points, folder / "Env-v0.csv")
+
+    folder = root / "data" / "s"
+    with_std([0.0, 1.0, 1.0, 1.0, 1.0])  # std 0 only at step 0: in
+    tables_main(root)
+    page = (root / "docs" / "results.md").read_text()
+    assert "| `impact` | Env-v0 | 0 | 35.0 (3k-4k steps) | 0 | 0 | 35.0 (1 run) |" in page
+    assert "still needed: `impact` Env-v0 1, `impact[ent_coef=0.01]` Env-v0 0, `impact[ent_coef=0.01]` Env-v0 1." in page
+    with_std([0.0, 1.0, 1.0, 0.0, 1.0])  # one evaluation with std 0 after step 0: out
+    tables_main(root)
+    page = (root / "docs" / "results.md").read_text()
+    assert "| `impact` | Env-v0 | 0 | 35.0 (3k-4k steps) | 0 | 1 | out: an evaluation with std 0 (35.0 (1 run)) |" in page
+    assert "still needed: `impact[ent_coef=0.01]` Env-v0 0, `impact[ent_coef=0.01]` Env-v0 1; not needed" in page
+    assert "the candidate being out: 1 runs of `impact`." in page
