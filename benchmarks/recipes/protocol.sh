@@ -36,10 +36,13 @@ python -m benchmarks run --algos ppo ppo_amber --env Walker2d-v5 --first-seed 10
 # The HalfCheetah-v5 row's ablation (replay off, all else equal), appended on its seeds in a later sitting (issue 64).
 python -m benchmarks run --algos "ppo_amber[replay_length=1]" --env HalfCheetah-v5 --first-seed 100 --seeds 3 \
     "${STEPS_1M[@]}" --append --baseline ppo --out "$OUT/ppo_amber_ppo_1m"
-# The Walker2d-v5 row after its eps_b search (ppo_amber.yml: lin_0.25), on fresh seeds 200-204, PPO and the ablation
-# beside it; run over sittings as --first-seed N --seeds K (--append after the first).
+# The Walker2d-v5 row after its eps_b search (eps_b lin_0.25, clip 0.2), on fresh seeds, PPO and the ablation beside
+# it: seed 200 ran (2026-11-28), lost, and led to the clip search (ppo_amber.yml: clip 0.1). That entry on seeds
+# 300-304, run over sittings as --first-seed N --seeds K (--append after the first).
 python -m benchmarks run --algos ppo ppo_amber "ppo_amber[replay_length=1]" --env Walker2d-v5 --first-seed 200 \
-    --seeds 5 --order interleaved "${STEPS_1M[@]}" --out "$OUT/ppo_amber_ppo_walker2d_1m_200"
+    --seeds 1 --order interleaved "${STEPS_1M[@]}" --out "$OUT/ppo_amber_ppo_walker2d_1m_200"
+python -m benchmarks run --algos ppo ppo_amber "ppo_amber[replay_length=1]" --env Walker2d-v5 --first-seed 300 \
+    --seeds 5 --order interleaved "${STEPS_1M[@]}" --out "$OUT/ppo_amber_ppo_walker2d_1m_300"
 
 # PTR-PPO's steps to PPO's return on CartPole-v1, at the yml budget of both (100k steps, step-based).
 python -m benchmarks run --algos ppo ptr_ppo --env CartPole-v1 --first-seed 100 --seeds 3 --steps 100000 \
