@@ -500,7 +500,8 @@ def search_table(entry: dict[str, Any], root: Path) -> str:
         f"; still needed: {', '.join(needed)}" if needed else ""
     )
     if out & {algo for algo, _, _ in missing}:
-        status += f"; not needed, the candidate being out: {len(missing) - len(needed)} runs of " + ", ".join(
+        unneeded = len(missing) - len(needed)
+        status += f"; not needed, the candidate being out: {unneeded} run{'s' * (unneeded > 1)} of " + ", ".join(
             f"`{algo}`" for algo in sorted(out)
         )
     return "\n".join(markdown_table(header, rows)) + f"\n\n{status}. Data: {', '.join(entry['data'])}.\n"

@@ -566,4 +566,4 @@ def test_a_search_whose_criterion_puts_out_a_policy_that_plays_one_way_says_so_a
     page = (root / "docs" / "results.md").read_text()
     assert "| `impact` | Env-v0 | 0 | 35.0 (3k-4k steps) | 0 | 1 | out: an evaluation with std 0 (35.0 (1 run)) |" in page
     assert "still needed: `impact[ent_coef=0.01]` Env-v0 0, `impact[ent_coef=0.01]` Env-v0 1; not needed" in page
-    assert "the candidate being out: 1 runs of `impact`." in page
+    assert "the candidate being out: 1 run of `impact`." in page
