@@ -55,6 +55,12 @@ python -m benchmarks run --algos "ptr_ppo[replay_rounds=0]" --env CartPole-v1 --
 python -m benchmarks run --algos ppo ptr_ppo --env AtlantisNoFrameskip-v4 QbertNoFrameskip-v4 UpNDownNoFrameskip-v4 \
     BreakoutNoFrameskip-v4 --first-seed 100 --seeds 3 --steps 160000 --eval-freq 20000 --eval-episodes 10 --jobs 1 \
     --torch-threads 1 --out "$OUT/ptr_ppo_atari"
+# Its re-measurement after the entropy search (ptr_ppo.yml, atari: ent_coef 0.01) on fresh seeds, PPO and the
+# ablation (replay off, all else equal) beside it in the same invocation per seed; run over sittings as
+# --first-seed N --seeds K (--append after the first).
+python -m benchmarks run --algos ppo ptr_ppo "ptr_ppo[replay_rounds=0]" --env AtlantisNoFrameskip-v4 \
+    QbertNoFrameskip-v4 UpNDownNoFrameskip-v4 BreakoutNoFrameskip-v4 --first-seed 200 --seeds 5 --order interleaved \
+    --steps 160000 --eval-freq 20000 --eval-episodes 10 --jobs 1 --torch-threads 1 --out "$OUT/ptr_ppo_atari_200"
 
 # Wall-clock lines: alone on the machine, one run at a time, PyTorch's default threads.
 python -m benchmarks run --algos sac vracer --env HalfCheetah-v5 --first-seed 100 --seeds 3 --steps 10000000 \
