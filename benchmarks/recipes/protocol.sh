@@ -38,7 +38,8 @@ python -m benchmarks run --algos "ppo_amber[replay_length=1]" --env HalfCheetah-
     "${STEPS_1M[@]}" --append --baseline ppo --out "$OUT/ppo_amber_ppo_1m"
 # The Walker2d-v5 row after its eps_b search (eps_b lin_0.25, clip 0.2), on fresh seeds, PPO and the ablation beside
 # it: seed 200 ran (2026-11-28), lost, and led to the clip search (ppo_amber.yml: clip 0.1). That entry on seeds
-# 300-304, run over sittings as --first-seed N --seeds K (--append after the first).
+# 300-304, run over sittings as --first-seed N --seeds K (--append after the first); seeds 300-302 ran with
+# --jobs 2 (2026-11-28), which only sets how many runs go at once.
 python -m benchmarks run --algos ppo ppo_amber "ppo_amber[replay_length=1]" --env Walker2d-v5 --first-seed 200 \
     --seeds 1 --order interleaved "${STEPS_1M[@]}" --out "$OUT/ppo_amber_ppo_walker2d_1m_200"
 python -m benchmarks run --algos ppo ppo_amber "ppo_amber[replay_length=1]" --env Walker2d-v5 --first-seed 300 \
