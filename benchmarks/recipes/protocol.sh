@@ -68,6 +68,11 @@ python -m benchmarks run --algos sac vracer --env HalfCheetah-v5 --first-seed 10
     --max-seconds 1200 --eval-seconds 60 --eval-episodes 10 --out "$OUT/vracer_sac_halfcheetah_20min"
 python -m benchmarks run --algos ppo impact --env HalfCheetah-v5 --first-seed 100 --seeds 3 --steps 10000000 \
     --max-seconds 600 --eval-seconds 30 --eval-episodes 10 --out "$OUT/impact_ppo_600s"
+# Its ablation (the collector in the learner's loop, all else equal), appended on the same seeds alone on the
+# machine in later sittings (issue 64): seeds 100-101 on 2026-11-28, then --first-seed 102 --seeds 1.
+python -m benchmarks run --algos "impact[collector=sync]" --env HalfCheetah-v5 --first-seed 100 --seeds 2 \
+    --order interleaved --steps 10000000 --max-seconds 600 --eval-seconds 30 --eval-episodes 10 --append \
+    --baseline ppo --out "$OUT/impact_ppo_600s"
 python -m benchmarks run --algos "$PPO_DEFAULTS" impact --env Hopper-v5 --first-seed 100 --seeds 3 --steps 10000000 \
     --max-seconds 600 --eval-seconds 30 --eval-episodes 10 --out "$OUT/impact_ppo_hopper_600s"
 # Its re-measurement after the entropy search (impact.yml, Hopper-v5), on fresh seeds, with the ablation beside it
