@@ -69,7 +69,7 @@ python -m benchmarks run --algos sac vracer --env HalfCheetah-v5 --first-seed 10
 python -m benchmarks run --algos ppo impact --env HalfCheetah-v5 --first-seed 100 --seeds 3 --steps 10000000 \
     --max-seconds 600 --eval-seconds 30 --eval-episodes 10 --out "$OUT/impact_ppo_600s"
 # Its ablation (the collector in the learner's loop, all else equal), appended on the same seeds alone on the
-# machine in later sittings (issue 64): seeds 100-101 on 2026-11-28, then --first-seed 102 --seeds 1.
+# machine in later sittings (issue 64): seeds 100-101, then --first-seed 102 --seeds 1 (both 2026-11-28).
 python -m benchmarks run --algos "impact[collector=sync]" --env HalfCheetah-v5 --first-seed 100 --seeds 2 \
     --order interleaved --steps 10000000 --max-seconds 600 --eval-seconds 30 --eval-episodes 10 --append \
     --baseline ppo --out "$OUT/impact_ppo_600s"
