@@ -111,14 +111,18 @@ def check_eval_settings(env_ids: list[str], eval_episodes: int) -> None:
         )
 
 
+RUN_DATA = "docs/benchmarks"  # where the recipes write the runs' data, relative to the repository root
+
+
 def git_commit(directory: Path | None = None, short: bool = False, only_directory: bool = False) -> str:
     """
     The commit the code in ``directory`` (default: the benchmarks) runs from, ``+dirty`` when the checkout (or, with
-    ``only_directory``, that directory) has uncommitted changes; ``unknown`` outside git.
+    ``only_directory``, that directory) has uncommitted changes; ``unknown`` outside git. The run data under
+    ``RUN_DATA`` does not count: runs writing there beside each other leave the code they run unchanged.
     """
     directory = directory or Path(__file__).resolve().parent
     rev_parse = ["git", "rev-parse", *(["--short"] if short else []), "HEAD"]
-    status = ["git", "status", "--porcelain", *(["."] if only_directory else [])]
+    status = ["git", "status", "--porcelain", "--", "." if only_directory else ":/", f":(top,exclude){RUN_DATA}"]
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         commit = subprocess.run(rev_parse, cwd=directory, capture_output=True, text=True, timeout=10)
         changes = subprocess.run(status, cwd=directory, capture_output=True, text=True, timeout=10)

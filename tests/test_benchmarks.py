@@ -22,7 +22,7 @@ from stable_baselines3.common.vec_env import SubprocVecEnv
 from benchmarks import run as run_module
 from benchmarks.config import load_zoo_hyperparams, make_training_env, validate_names, zoo_yml_path
 from benchmarks.output import EvalPoint, read_csv, write_csv, write_json
-from benchmarks.protocol import is_atari
+from benchmarks.protocol import RUN_DATA, git_commit, is_atari
 from benchmarks.summary import held_crossing, threshold_summary
 from tests.commands import run_command
 
@@ -702,3 +702,23 @@ def test_busy_processes_run_beside_the_block_and_none_is_left_after_it():
     assert all(process.returncode is not None for process in processes)
     assert not any(Path(f"/proc/{process.pid}").exists() for process in processes)
     assert cpu_seconds() > 0
+
+
+def test_the_recorded_commit_is_dirty_for_changed_code_not_for_the_run_data_beside_it(tmp_path):
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path)]
+    code = tmp_path / "benchmarks"
+    code.mkdir()
+    (code / "run.py").write_text("x = 1\n")
+    (tmp_path / RUN_DATA).mkdir(parents=True)
+    (tmp_path / RUN_DATA / "Env-v0.csv").write_text("algo\n")
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "c"], check=True)
+    clean = git_commit(code)
+    assert clean != "unknown" and not clean.endswith("+dirty")
+    (tmp_path / RUN_DATA / "Env-v0.csv").write_text("algo\nppo\n")  # a run beside this one wrote its rows
+    (tmp_path / RUN_DATA / "runs").mkdir()
+    (tmp_path / RUN_DATA / "runs" / "ppo_seed0.json").write_text("{}")
+    assert git_commit(code) == clean
+    (tmp_path / "README.md").write_text("changed\n")  # anything else changed: the code may differ
+    assert git_commit(code) == clean + "+dirty"

@@ -38,8 +38,8 @@ python -m benchmarks run --algos "ppo_amber[replay_length=1]" --env HalfCheetah-
     "${STEPS_1M[@]}" --append --baseline ppo --out "$OUT/ppo_amber_ppo_1m"
 # The Walker2d-v5 row after its eps_b search (eps_b lin_0.25, clip 0.2), on fresh seeds, PPO and the ablation beside
 # it: seed 200 ran (2026-11-28), lost, and led to the clip search (ppo_amber.yml: clip 0.1). That entry on seeds
-# 300-304, run over sittings as --first-seed N --seeds K (--append after the first); seeds 300-302 ran with
-# --jobs 2 (2026-11-28), which only sets how many runs go at once.
+# 300-304, run over sittings as --first-seed N --seeds K (--append after the first); seeds 300-302 and 303-304 ran
+# with --jobs 2 (2026-11-28), which only sets how many runs go at once.
 python -m benchmarks run --algos ppo ppo_amber "ppo_amber[replay_length=1]" --env Walker2d-v5 --first-seed 200 \
     --seeds 1 --order interleaved "${STEPS_1M[@]}" --out "$OUT/ppo_amber_ppo_walker2d_1m_200"
 python -m benchmarks run --algos ppo ppo_amber "ppo_amber[replay_length=1]" --env Walker2d-v5 --first-seed 300 \
@@ -73,6 +73,11 @@ python -m benchmarks run --algos ppo impact --env HalfCheetah-v5 --first-seed 10
 python -m benchmarks run --algos "impact[collector=sync]" --env HalfCheetah-v5 --first-seed 100 --seeds 2 \
     --order interleaved --steps 10000000 --max-seconds 600 --eval-seconds 30 --eval-episodes 10 --append \
     --baseline ppo --out "$OUT/impact_ppo_600s"
+# The entry and its ablation re-timed in one invocation, alone, on tuning seeds, 120 s each (2026-11-28): the rates
+# above come from different sittings.
+python -m benchmarks run --algos impact "impact[collector=sync]" --env HalfCheetah-v5 --first-seed 0 --seeds 2 \
+    --order interleaved --steps 10000000 --max-seconds 120 --eval-seconds 30 --eval-episodes 10 \
+    --out docs/benchmarks/tuning/impact_halfcheetah_rate
 python -m benchmarks run --algos "$PPO_DEFAULTS" impact --env Hopper-v5 --first-seed 100 --seeds 3 --steps 10000000 \
     --max-seconds 600 --eval-seconds 30 --eval-episodes 10 --out "$OUT/impact_ppo_hopper_600s"
 # Its re-measurement after the entropy search (impact.yml, Hopper-v5), on fresh seeds, with the ablation beside it
