@@ -23,6 +23,12 @@ python -m benchmarks run --algos ppo vracer --env HalfCheetah-v5 --first-seed 10
     --out "$OUT/vracer_ppo_halfcheetah_1m"
 python -m benchmarks run --algos "$PPO_DEFAULTS" vracer --env Hopper-v5 --first-seed 100 --seeds 3 "${STEPS_1M[@]}" \
     --out "$OUT/vracer_ppo_hopper_1m"
+# Their ablation (issue 64): ReF-ER's rules off, all else equal, appended step-based on the same seeds (a step-based
+# comparison does not depend on the day's machine speed); a V-RACER run took 2.1-2.4 h on one core here.
+python -m benchmarks run --algos "vracer[refer_rules=[]]" --env HalfCheetah-v5 --first-seed 100 --seeds 3 \
+    "${STEPS_1M[@]}" --append --baseline ppo --out "$OUT/vracer_ppo_halfcheetah_1m"
+python -m benchmarks run --algos "vracer[refer_rules=[]]" --env Hopper-v5 --first-seed 100 --seeds 3 \
+    "${STEPS_1M[@]}" --append --baseline "$PPO_DEFAULTS" --out "$OUT/vracer_ppo_hopper_1m"
 
 # PPO-AMBER's steps to PPO's 1M-step return (step-based). On HalfCheetah-v5 its PPO runs are those of the V-RACER
 # table above (rl-zoo3's entry, the same seeds, grid, threads, machine kind and software): PPO-AMBER's runs, made
@@ -66,6 +72,11 @@ python -m benchmarks run --algos ppo ptr_ppo "ptr_ppo[replay_rounds=0]" --env At
 # Wall-clock lines: alone on the machine, one run at a time, PyTorch's default threads.
 python -m benchmarks run --algos sac vracer --env HalfCheetah-v5 --first-seed 100 --seeds 3 --steps 10000000 \
     --max-seconds 1200 --eval-seconds 60 --eval-episodes 10 --out "$OUT/vracer_sac_halfcheetah_20min"
+# Its ablation (ReF-ER's rules off) on fresh seeds, SAC and V-RACER beside it in the same invocation (a wall-clock
+# ablation appended on another day would compare the days too); about 65 minutes alone per seed.
+python -m benchmarks run --algos sac vracer "vracer[refer_rules=[]]" --env HalfCheetah-v5 --first-seed 200 --seeds 3 \
+    --order interleaved --steps 10000000 --max-seconds 1200 --eval-seconds 60 --eval-episodes 10 \
+    --out "$OUT/vracer_sac_halfcheetah_20min_200"
 python -m benchmarks run --algos ppo impact --env HalfCheetah-v5 --first-seed 100 --seeds 3 --steps 10000000 \
     --max-seconds 600 --eval-seconds 30 --eval-episodes 10 --out "$OUT/impact_ppo_600s"
 # Its ablation (the collector in the learner's loop, all else equal), appended on the same seeds alone on the
@@ -74,7 +85,7 @@ python -m benchmarks run --algos "impact[collector=sync]" --env HalfCheetah-v5 -
     --order interleaved --steps 10000000 --max-seconds 600 --eval-seconds 30 --eval-episodes 10 --append \
     --baseline ppo --out "$OUT/impact_ppo_600s"
 # The entry and its ablation re-timed in one invocation, alone, on tuning seeds, 120 s each (2026-11-28): the rates
-# above come from different sittings.
+# above come from different sittings. A tuning table: it writes into docs/benchmarks/tuning/ itself.
 python -m benchmarks run --algos impact "impact[collector=sync]" --env HalfCheetah-v5 --first-seed 0 --seeds 2 \
     --order interleaved --steps 10000000 --max-seconds 120 --eval-seconds 30 --eval-episodes 10 \
     --out docs/benchmarks/tuning/impact_halfcheetah_rate
@@ -95,3 +106,9 @@ python -m benchmarks run --algos "impact[collector=sync]" --env Hopper-v5 --firs
     --baseline "$PPO_DEFAULTS" --out "$OUT/impact_ppo_hopper_600s_200"
 python -m benchmarks run --algos ppo impala --env HalfCheetah-v5 --first-seed 100 --seeds 3 --steps 100000000 \
     --max-seconds 600 --eval-seconds 30 --eval-episodes 10 --out "$OUT/impala_ppo_600s"
+# Its ablation (issue 64: IMPALA's asynchronous collector against the entry's sync one) on fresh seeds, with the entry
+# and PPO in the same invocation: an ablation appended on another day compares the days' machine speeds too (the
+# IMPACT HalfCheetah-v5 row above). About 100 minutes alone for the nine runs.
+python -m benchmarks run --algos ppo impala "impala[collector=process]" --env HalfCheetah-v5 --first-seed 200 \
+    --seeds 3 --order interleaved --steps 100000000 --max-seconds 600 --eval-seconds 30 --eval-episodes 10 \
+    --out "$OUT/impala_ppo_600s_200"
