@@ -513,10 +513,10 @@ def render_blocks(manifest: dict[str, Any], root: Path, write_files: bool) -> di
     tables = {entry["name"]: Table(entry, root, labels) for entry in manifest["tables"]}
     pages: dict[str, dict[str, str]] = {}
     for name, table in tables.items():
-        if table.kind == "atari":
-            text = atari_table(table, write_files)
-        elif not table.points:
+        if not table.points:  # no run yet, whatever the kind of table
             text = f"{NOT_YET.capitalize()}: the recipe is {table.link(table.entry['recipe'])}.\n"
+        elif table.kind == "atari":
+            text = atari_table(table, write_files)
         else:
             text = comparison_table(table)
         pages.setdefault(table.entry["page"], {})[name] = text

@@ -381,6 +381,14 @@ def test_an_atari_game_still_filling_says_which_algo_has_which_seeds_and_is_not_
     assert "No game has 3 seeds of every algorithm yet" in page and "of human-normalised scores" not in page
 
 
+def test_a_table_with_no_run_yet_names_its_recipe_whatever_its_kind(tmp_path):
+    root = repository(tmp_path, [entry("atari", ["BreakoutNoFrameskip-v4"], kind="atari"), entry("mujoco", ["Hopper-v5"])], [])
+    tables_main(root)  # neither data folder exists yet
+    page = (root / "docs" / "results.md").read_text()
+    assert page.count("Not yet re-measured under the protocol: the recipe is") == 2
+    assert "| game |" not in page  # no table whose rows have more cells than its header
+
+
 def test_a_manifest_table_without_its_block_is_refused(tmp_path):
     root = repository(tmp_path, [entry("x", ["Env-v0"])], [])
     text = (root / "docs" / "results.md").read_text()
