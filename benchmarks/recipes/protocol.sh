@@ -89,6 +89,11 @@ python -m benchmarks run --algos "impact[collector=sync]" --env HalfCheetah-v5 -
 python -m benchmarks run --algos impact "impact[collector=sync]" --env HalfCheetah-v5 --first-seed 0 --seeds 2 \
     --order interleaved --steps 10000000 --max-seconds 120 --eval-seconds 30 --eval-episodes 10 \
     --out docs/benchmarks/tuning/impact_halfcheetah_rate
+# So the row's entry and ablation on fresh seeds in one invocation, PPO beside them: about 100 minutes alone for the
+# nine runs.
+python -m benchmarks run --algos ppo impact "impact[collector=sync]" --env HalfCheetah-v5 --first-seed 200 --seeds 3 \
+    --order interleaved --steps 10000000 --max-seconds 600 --eval-seconds 30 --eval-episodes 10 \
+    --out "$OUT/impact_ppo_600s_200"
 python -m benchmarks run --algos "$PPO_DEFAULTS" impact --env Hopper-v5 --first-seed 100 --seeds 3 --steps 10000000 \
     --max-seconds 600 --eval-seconds 30 --eval-episodes 10 --out "$OUT/impact_ppo_hopper_600s"
 # Its re-measurement after the entropy search (impact.yml, Hopper-v5), on fresh seeds, with the ablation beside it
