@@ -1,6 +1,7 @@
 """The documentation: the Sphinx build with warnings as errors, and every relative link of the Markdown pages."""
 
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -47,6 +48,33 @@ def test_relative_links_point_to_files_that_exist(page):
         if not (page.parent / path).exists():
             missing.append(target)
     assert not missing, f"{page.relative_to(REPO_ROOT)} links to missing files: {missing}"
+
+
+@pytest.fixture(scope="module")
+def tracked_files() -> set[Path]:
+    """The files git tracks: a page's link to an ignored file breaks in a clean clone (``docs/benchmarks/**/*.png``)."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    result = run_command(["git", "ls-files", "-z"], cwd=REPO_ROOT, timeout=60)
+    if result.returncode != 0:
+        pytest.skip("not a git checkout")
+    return {REPO_ROOT / name for name in result.stdout.split("\0") if name}
+
+
+@pytest.mark.parametrize("page", markdown_pages(), ids=lambda page: str(page.relative_to(REPO_ROOT)))
+def test_relative_links_point_to_files_git_tracks(page, tracked_files):
+    if page not in tracked_files:
+        pytest.skip(f"{page.name} is not tracked yet")
+    untracked = []
+    for target in MARKDOWN_LINK.findall(without_code(page.read_text())):
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            continue
+        path = (page.parent / target.split("#", 1)[0]).resolve()
+        if path.is_file() and path not in tracked_files:
+            untracked.append(target)
+        elif path.is_dir() and not any(path in file.parents for file in tracked_files):
+            untracked.append(target)
+    assert not untracked, f"{page.relative_to(REPO_ROOT)} links to files git does not track (git add -f): {untracked}"
 
 
 def test_every_class_has_a_page_with_the_fixed_sections():
