@@ -159,12 +159,25 @@ class Table:
         return self._summaries[env]
 
     def atari_matrices(self) -> tuple[list[str], dict[str, np.ndarray]]:
-        """The games where every algo has 3 seeds or more, and per algo its ``(runs, games)`` human-normalised
-        scores there (none without such a game)."""
+        """
+        The games where every algo has the same 3 seeds or more, and per algo its ``(runs, games)`` human-normalised
+        scores there (none without such a game). Every algo's runs are the same seeds: each game's seeds that all
+        algos have, in seed order, cut to the fewest any game has, so that a seed one algo has and another has not
+        yet (a comparison filling over sittings) weighs on neither side.
+        """
         scores = {env: run_scores(self.summary(env)) for env in self.envs if env in self.points}
         algos = sorted({algo for by_algo in scores.values() for algo in by_algo})
-        games = [env for env in scores if all(len(scores[env].get(algo, {})) >= 3 for algo in algos)]
-        return games, ({algo: normalised_matrix(scores, games, algo) for algo in algos} if games else {})
+        shared = {env: sorted(set.intersection(*(set(scores[env].get(algo, {})) for algo in algos))) for env in scores}
+        games = [env for env in scores if len(shared[env]) >= 3]
+        if not games:
+            return games, {}
+        runs = min(len(shared[env]) for env in games)
+        return games, {
+            algo: np.array(
+                [[human_normalized(env, scores[env][algo][shared[env][run]]) for env in games] for run in range(runs)]
+            )
+            for algo in algos
+        }
 
     def steps_per_second(self, env: str) -> dict[str, list[float]]:
         """Per algo, each run's environment steps per second of training: its last point's steps over its time."""
@@ -290,13 +303,6 @@ def run_scores(summary: dict[str, Any]) -> dict[str, dict[int, float]]:
     }
 
 
-def normalised_matrix(scores: dict[str, dict[str, dict[int, float]]], games: list[str], algo: str) -> np.ndarray:
-    """``(runs, games)`` human-normalised scores: each game's seeds sorted, cut to the fewest any game has."""
-    columns = [sorted(human_normalized(env, value) for value in scores[env][algo].values()) for env in games]
-    runs = min(len(column) for column in columns)
-    return np.array([column[:runs] for column in columns]).T
-
-
 def atari_table(table: Table, write_files: bool) -> str:
     """A row per game, then the aggregates across games (the module's ``atari``); ``write_files``: the profile's PNG."""
     games = [env for env in table.envs if env in table.points]
@@ -329,7 +335,8 @@ def atari_table(table: Table, write_files: bool) -> str:
         central = central_name([matrix.size for matrix in matrices.values()])
         lines.append(
             f"{central} of human-normalised scores over the games with 3 seeds or more "
-            f"({', '.join(map(atari_game, complete))}): " + "; ".join(aggregate) + "."
+            f"({', '.join(map(atari_game, complete))}), on the {len(matrices[table.baseline])} seeds every algo has "
+            "there: " + "; ".join(aggregate) + "."
         )
         for algo in (algo for algo in algos if algo != table.baseline):
             found = probability_of_improvement(matrices[algo], matrices[table.baseline])

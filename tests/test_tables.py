@@ -363,7 +363,7 @@ def test_the_readme_atari_row_waits_for_every_game(tmp_path, monkeypatch):
     tables_main(root)
     # Over Breakout, named; 3 runs of 1 game: the quarter cut off each end is no run, so the "IQM" is the mean.
     assert (
-        "mean of human-normalised scores over the games with 3 seeds or more (Breakout)"
+        "mean of human-normalised scores over the games with 3 seeds or more (Breakout), on the 3 seeds every algo has"
         in (root / "docs" / "results.md").read_text()
     )
     readme = (root / "README.md").read_text()
@@ -379,6 +379,27 @@ def test_an_atari_game_still_filling_says_which_algo_has_which_seeds_and_is_not_
     page = (root / "docs" / "results.md").read_text()
     assert "`ppo` 100, 101, 102; `ptr_ppo` 100 |" in page
     assert "No game has 3 seeds of every algorithm yet" in page and "of human-normalised scores" not in page
+
+
+def test_the_atari_aggregate_compares_the_same_seeds_on_every_side(tmp_path):
+    """A seed one algo has and another not yet (a table filling over sittings) weighs on neither side; the runs are
+    seeds, not each game's scores sorted and cut (which dropped a game's best run where it had one seed more)."""
+    games = ["QbertNoFrameskip-v4", "BreakoutNoFrameskip-v4"]
+    root = repository(tmp_path, [entry("atari", games, kind="atari")], [])
+    breakout = {(algo, seed): [0, 0, 0, 0, 10 + seed - 100] for algo in ("ppo", "ptr_ppo") for seed in (100, 101, 102)}
+    breakout[("ppo", 103)] = [0, 0, 0, 0, 1.0]  # PPO's fourth seed; PTR-PPO's is still to run
+    qbert = {
+        (algo, seed): [0, 0, 0, 0, 1000 + 100 * (seed - 100)] for algo in ("ppo", "ptr_ppo") for seed in (100, 101, 102, 103)
+    }
+    qbert[("ptr_ppo", 103)] = [0, 0, 0, 0, 5000]  # a seed every algo has on Qbert but not on Breakout
+    write_table(root / "data" / "atari", "BreakoutNoFrameskip-v4", breakout)
+    write_table(root / "data" / "atari", "QbertNoFrameskip-v4", qbert)
+    table = tables.Table(entry("atari", games, kind="atari"), root, {})
+    complete, matrices = table.atari_matrices()
+    assert complete == games
+    for algo in ("ppo", "ptr_ppo"):
+        expected = [[human_normalized(games[0], 1000 + 100 * run), human_normalized(games[1], 10 + run)] for run in range(3)]
+        np.testing.assert_allclose(matrices[algo], expected)
 
 
 def test_a_table_with_no_run_yet_names_its_recipe_whatever_its_kind(tmp_path):
