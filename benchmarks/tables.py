@@ -167,6 +167,8 @@ class Table:
         """
         scores = {env: run_scores(self.summary(env)) for env in self.envs if env in self.points}
         algos = sorted({algo for by_algo in scores.values() for algo in by_algo})
+        if not algos:  # no finished run yet
+            return [], {}
         shared = {env: sorted(set.intersection(*(set(scores[env].get(algo, {})) for algo in algos))) for env in scores}
         games = [env for env in scores if len(shared[env]) >= 3]
         if not games:
@@ -335,7 +337,7 @@ def atari_table(table: Table, write_files: bool) -> str:
         central = central_name([matrix.size for matrix in matrices.values()])
         lines.append(
             f"{central} of human-normalised scores over the games with 3 seeds or more "
-            f"({', '.join(map(atari_game, complete))}), on the {len(matrices[table.baseline])} seeds every algo has "
+            f"({', '.join(map(atari_game, complete))}), on the {len(next(iter(matrices.values())))} seeds every algo has "
             "there: " + "; ".join(aggregate) + "."
         )
         for algo in (algo for algo in algos if algo != table.baseline):

@@ -402,6 +402,16 @@ def test_the_atari_aggregate_compares_the_same_seeds_on_every_side(tmp_path):
         np.testing.assert_allclose(matrices[algo], expected)
 
 
+def test_an_atari_table_whose_only_run_was_interrupted_has_no_aggregate(tmp_path):
+    root = repository(tmp_path, [entry("atari", ["BreakoutNoFrameskip-v4"], kind="atari")], [])
+    folder = root / "data" / "atari"
+    failed = EvalPoint("ppo", "BreakoutNoFrameskip-v4", 100, 0, 0.0, 0.0, 0.0, status="failed", error="KeyboardInterrupt()")
+    write_csv([failed], folder / "BreakoutNoFrameskip-v4.csv")
+    write_run_record(folder, record("ppo", "BreakoutNoFrameskip-v4", 100, status="failed", error="KeyboardInterrupt()"))
+    tables_main(root)
+    assert "No game has 3 seeds of every algorithm yet" in (root / "docs" / "results.md").read_text()
+
+
 def test_a_table_with_no_run_yet_names_its_recipe_whatever_its_kind(tmp_path):
     root = repository(tmp_path, [entry("atari", ["BreakoutNoFrameskip-v4"], kind="atari"), entry("mujoco", ["Hopper-v5"])], [])
     tables_main(root)  # neither data folder exists yet
