@@ -38,15 +38,18 @@ def test_sphinx_build_with_warnings_as_errors(tmp_path):
         assert (tmp_path / "html" / "algorithms" / f"{name}.html").is_file()
 
 
+def relative_links(page: Path) -> list[tuple[str, Path]]:
+    """Each relative link of a page outside code, with the path it points to (no URL, no in-page anchor)."""
+    return [
+        (target, page.parent / target.split("#", 1)[0])
+        for target in MARKDOWN_LINK.findall(without_code(page.read_text()))
+        if not (re.match(r"[a-z]+:", target) or target.startswith("#"))
+    ]
+
+
 @pytest.mark.parametrize("page", markdown_pages(), ids=lambda page: str(page.relative_to(REPO_ROOT)))
 def test_relative_links_point_to_files_that_exist(page):
-    missing = []
-    for target in MARKDOWN_LINK.findall(without_code(page.read_text())):
-        if re.match(r"[a-z]+:", target) or target.startswith("#"):
-            continue
-        path = target.split("#", 1)[0]
-        if not (page.parent / path).exists():
-            missing.append(target)
+    missing = [target for target, path in relative_links(page) if not path.exists()]
     assert not missing, f"{page.relative_to(REPO_ROOT)} links to missing files: {missing}"
 
 
@@ -66,10 +69,8 @@ def test_relative_links_point_to_files_git_tracks(page, tracked_files):
     if page not in tracked_files:
         pytest.skip(f"{page.name} is not tracked yet")
     untracked = []
-    for target in MARKDOWN_LINK.findall(without_code(page.read_text())):
-        if re.match(r"[a-z]+:", target) or target.startswith("#"):
-            continue
-        path = (page.parent / target.split("#", 1)[0]).resolve()
+    for target, link in relative_links(page):
+        path = link.resolve()
         if path.is_file() and path not in tracked_files:
             untracked.append(target)
         elif path.is_dir() and not any(path in file.parents for file in tracked_files):
