@@ -118,6 +118,12 @@ class Table:
             self.records[env] = [records[key] for key in sorted({(p.algo, p.seed) for p in points})]
         self.every = [record for records in self.records.values() for record in records]  # every run's record
         check_comparison(self.every, f"table {self.name}")
+        parallel = sorted({f"{record['algo']} seed {record['seed']}" for record in self.every if record["jobs"] > 1})
+        if self.every and self.alone and parallel:
+            raise ProtocolError(
+                f"table {self.name} compares training times (alone), but runs shared the machine with others of their "
+                f"invocation (--jobs > 1): {', '.join(parallel)}; rerun them one at a time, or mark the table alone: false"
+            )
         if entry.get("reporting", True):
             check_reporting_seeds([record["seed"] for record in self.every], f"table {self.name}")
 
@@ -139,7 +145,8 @@ class Table:
         """
         Whether the runs had the machine to themselves, so that their training times compare: the manifest's
         ``alone``, by default true for a wall-clock budget and false for a step budget (step-based runs may share
-        the machine, the protocol says). A table whose runs shared it reports no time ratio.
+        the machine, the protocol says). A table whose runs shared it reports no time ratio; a table that had it
+        alone has no run made with ``--jobs`` above 1 (:class:`Table` refuses one).
         """
         return bool(self.entry.get("alone", bool(self.every[0].get("max_seconds"))))
 
@@ -209,6 +216,7 @@ class Table:
             peer = next(record for record in every if record.get("stack") == stack)["machine"].get("software", {})
             pinned = ", ".join(f"{name} {peer.get(name)}" for name in STACK_PACKAGES.get(stack, ()))
             versions += f"; {stack}'s own environment: {pinned}"
+        jobs = " or ".join(map(str, sorted({record["jobs"] for record in every})))  # a step-based table's may differ
         dates = sorted({record["finished"][:10] for record in every})
         seeds = sorted({record["seed"] for record in every})
         commits = sorted(
@@ -218,7 +226,7 @@ class Table:
         lines = [
             f"Budget {budget}; {first['eval_episodes']} {first['eval_policy']} evaluation episodes {grid} (the same "
             f"grid for every algo); seeds {', '.join(map(str, seeds))}; {machine['name']}, torch threads "
-            f"{first['torch_threads']} per run, {first['jobs']} run(s) at a time per invocation{shared}; {versions}; "
+            f"{first['torch_threads']} per run, {jobs} run(s) at a time per invocation{shared}; {versions}; "
             f"commit(s) "
             f"{', '.join(commits)}; {' to '.join([dates[0], dates[-1]] if len(dates) > 1 else dates)}.",
             f"Recipe: {self.link(self.entry['recipe'])}; each run: " + "; ".join(f"`{command}`" for command in commands),

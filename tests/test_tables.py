@@ -606,3 +606,21 @@ def test_a_search_whose_criterion_puts_out_a_policy_that_plays_one_way_says_so_a
     assert "| `impact` | Env-v0 | 0 | 35.0 (3k-4k steps) | 0 | 1 | out: an evaluation with std 0 (35.0 (1 run)) |" in page
     assert "still needed: `impact[ent_coef=0.01]` Env-v0 0, `impact[ent_coef=0.01]` Env-v0 1; not needed" in page
     assert "the candidate being out: 1 run of `impact`." in page
+
+
+def test_the_settings_line_names_every_jobs_and_a_table_that_times_refuses_runs_made_two_at_a_time(tmp_path):
+    """A step-based table filled over sittings may mix ``--jobs 2`` and ``--jobs 1``: its settings line says both. A
+    table whose training times compare (alone) refuses a run that shared the machine with its invocation's others."""
+    curves = {(algo, seed): [0, 10, 20, 30, 40] for algo in ("ppo", "impact") for seed in (100, 101, 102)}
+    row = {"algorithm": "X", "env": "Env-v0", "budget": "4k steps", "table": "x", "algo": "impact", "against": "PPO"}
+    root = repository(tmp_path / "steps", [entry("x", ["Env-v0"])], [row])
+    write_table(root / "data" / "x", "Env-v0", curves, {("ppo", 102): {"jobs": 2}, ("impact", 102): {"jobs": 2}})
+    tables_main(root)
+    assert (
+        "torch threads 1 per run, 1 or 2 run(s) at a time per invocation (step-based"
+        in (root / "docs" / "results.md").read_text()
+    )
+    root = repository(tmp_path / "alone", [entry("x", ["Env-v0"], alone=True)], [row])
+    write_table(root / "data" / "x", "Env-v0", curves, {("impact", 101): {"jobs": 2}})
+    with pytest.raises(SystemExit, match=r"compares training times \(alone\), but runs shared .*: impact seed 101;"):
+        tables_main(root)
