@@ -64,7 +64,8 @@ python -m benchmarks run --algos ppo ptr_ppo --env AtlantisNoFrameskip-v4 QbertN
     --torch-threads 1 --out "$OUT/ptr_ppo_atari"
 # Its re-measurement after the entropy search (ptr_ppo.yml, atari: ent_coef 0.01) on fresh seeds, PPO and the
 # ablation (replay off, all else equal) beside it in the same invocation per seed; run over sittings as
-# --first-seed N --seeds K (--append after the first).
+# --first-seed N --seeds K (--append after the first), with --jobs 2 or as two --jobs 1 invocations on different games
+# side by side (2026-11-29; one invocation at a time appends to a game's table).
 python -m benchmarks run --algos ppo ptr_ppo "ptr_ppo[replay_rounds=0]" --env AtlantisNoFrameskip-v4 \
     QbertNoFrameskip-v4 UpNDownNoFrameskip-v4 BreakoutNoFrameskip-v4 --first-seed 200 --seeds 5 --order interleaved \
     --steps 160000 --eval-freq 20000 --eval-episodes 10 --jobs 1 --torch-threads 1 --out "$OUT/ptr_ppo_atari_200"
