@@ -223,7 +223,7 @@ class Table:
             {record["commit"][:7] + ("+dirty" if record["commit"].endswith("+dirty") else "") for record in every}
         )
         commands = sorted(  # one per run kind: the seed, and the runs at once (said above), set apart
-            {re.sub(r"--first-seed \d+ | --jobs \d+", "", record["command"]).replace(" --seeds 1", "") for record in every}
+            {re.sub(r" --first-seed \d+| --jobs \d+", "", record["command"]).replace(" --seeds 1", "") for record in every}
         )
         lines = [
             f"Budget {budget}; {first['eval_episodes']} {first['eval_policy']} evaluation episodes {grid} (the same "

@@ -614,12 +614,14 @@ def test_the_settings_line_names_every_jobs_and_a_table_that_times_refuses_runs_
     curves = {(algo, seed): [0, 10, 20, 30, 40] for algo in ("ppo", "impact") for seed in (100, 101, 102)}
     row = {"algorithm": "X", "env": "Env-v0", "budget": "4k steps", "table": "x", "algo": "impact", "against": "PPO"}
     root = repository(tmp_path / "steps", [entry("x", ["Env-v0"])], [row])
-    write_table(root / "data" / "x", "Env-v0", curves, {("ppo", 102): {"jobs": 2}, ("impact", 102): {"jobs": 2}})
-    tables_main(root)
-    assert (
-        "torch threads 1 per run, 1 or 2 run(s) at a time per invocation (step-based"
-        in (root / "docs" / "results.md").read_text()
+    two = "python -m benchmarks run --algos ppo --env Env-v0 --seeds 1 --first-seed 102 --jobs 2"
+    write_table(
+        root / "data" / "x", "Env-v0", curves, {("ppo", 102): {"jobs": 2, "command": two}, ("impact", 102): {"jobs": 2}}
     )
+    tables_main(root)
+    page = (root / "docs" / "results.md").read_text()
+    assert "torch threads 1 per run, 1 or 2 run(s) at a time per invocation (step-based" in page
+    assert "--jobs" not in page  # each run's command is listed once, its runs at once being said above
     root = repository(tmp_path / "alone", [entry("x", ["Env-v0"], alone=True)], [row])
     write_table(root / "data" / "x", "Env-v0", curves, {("impact", 101): {"jobs": 2}})
     with pytest.raises(SystemExit, match=r"compares training times \(alone\), but runs shared .*: impact seed 101;"):
