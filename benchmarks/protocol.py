@@ -203,6 +203,17 @@ def check_comparison(records: list[dict[str, Any]], what: str) -> None:
         raise ProtocolError(f"{what} compares algorithms across runs that differ: " + " | ".join(problems))
 
 
+def check_one_at_a_time(records: list[dict[str, Any]], what: str) -> None:
+    """Raise :class:`ProtocolError` naming the runs of a table that compares training times (``what``, alone on the
+    machine) that were made with ``--jobs`` above 1: they shared the machine with their invocation's other runs."""
+    parallel = sorted({f"{record['algo']} seed {record['seed']}" for record in records if record["jobs"] > 1})
+    if parallel:
+        raise ProtocolError(
+            f"{what} compares training times (alone), but runs shared the machine with others of their invocation "
+            f"(--jobs > 1): {', '.join(parallel)}; rerun them one at a time, or mark the table alone: false"
+        )
+
+
 def check_reporting_seeds(seeds: list[int], what: str) -> None:
     """A reporting table's seeds are fresh: none below :data:`FIRST_REPORTING_SEED` (those tune and select)."""
     below = sorted({seed for seed in seeds if seed < FIRST_REPORTING_SEED})

@@ -63,6 +63,7 @@ from benchmarks.protocol import (
     ProtocolError,
     atari_game,
     check_comparison,
+    check_one_at_a_time,
     check_reporting_seeds,
     human_normalized,
     is_atari,
@@ -118,12 +119,8 @@ class Table:
             self.records[env] = [records[key] for key in sorted({(p.algo, p.seed) for p in points})]
         self.every = [record for records in self.records.values() for record in records]  # every run's record
         check_comparison(self.every, f"table {self.name}")
-        parallel = sorted({f"{record['algo']} seed {record['seed']}" for record in self.every if record["jobs"] > 1})
-        if self.every and self.alone and parallel:
-            raise ProtocolError(
-                f"table {self.name} compares training times (alone), but runs shared the machine with others of their "
-                f"invocation (--jobs > 1): {', '.join(parallel)}; rerun them one at a time, or mark the table alone: false"
-            )
+        if self.every and self.alone:
+            check_one_at_a_time(self.every, f"table {self.name}")
         if entry.get("reporting", True):
             check_reporting_seeds([record["seed"] for record in self.every], f"table {self.name}")
 
@@ -222,7 +219,7 @@ class Table:
         commits = sorted(
             {record["commit"][:7] + ("+dirty" if record["commit"].endswith("+dirty") else "") for record in every}
         )
-        commands = sorted(  # one per run kind: the seed, and the runs at once (said above), set apart
+        commands = sorted(  # each kind of run once: without its seed, and without its --jobs (said above)
             {re.sub(r" --first-seed \d+| --jobs \d+", "", record["command"]).replace(" --seeds 1", "") for record in every}
         )
         lines = [
