@@ -114,7 +114,8 @@ python -m benchmarks run --algos ppo impala --env HalfCheetah-v5 --first-seed 10
     --max-seconds 600 --eval-seconds 30 --eval-episodes 10 --out "$OUT/impala_ppo_600s"
 # Its ablation (issue 64: IMPALA's asynchronous collector against the entry's sync one) on fresh seeds, with the entry
 # and PPO in the same invocation: an ablation appended on another day compares the days' machine speeds too (the
-# IMPACT HalfCheetah-v5 row above). About 100 minutes alone for the nine runs.
+# IMPACT HalfCheetah-v5 row above). About 100 minutes alone for the nine runs (107 on 2026-11-29, an Intel Xeon with 2
+# cores: a later --append must run on that machine kind).
 python -m benchmarks run --algos ppo impala "impala[collector=process]" --env HalfCheetah-v5 --first-seed 200 \
     --seeds 3 --order interleaved --steps 100000000 --max-seconds 600 --eval-seconds 30 --eval-episodes 10 \
     --out "$OUT/impala_ppo_600s_200"
