@@ -365,12 +365,17 @@ def atari_table(table: Table, write_files: bool) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def readme_table(manifest: dict[str, Any], tables: dict[str, Table]) -> str:
-    """The README's rows: each from its table, or marked as not yet re-measured."""
+def readme_table(manifest: dict[str, Any], tables: dict[str, Table], algorithm: str | None = None) -> str:
+    """
+    The README's rows: each from its table, or marked as not yet re-measured; with ``algorithm``, only that
+    algorithm's rows (``IMPACT`` takes ``IMPACT (MlpLstmPolicy)`` too), for its page.
+    """
     header = ["algorithm", "environment", "budget", "result", "against", "P(better) [95% CI]",
               "paired ratio (median [min, max] over seeds)", "seeds", "P(better than its ablation)"]  # fmt: skip
     rows = []
     for row in manifest["readme"]:
+        if algorithm is not None and row["algorithm"].split(" (")[0] != algorithm:
+            continue
         table = tables.get(row.get("table", ""))
         if table is not None and table.kind == "atari":
             cells = atari_row(table, row)
@@ -544,6 +549,8 @@ def render_blocks(manifest: dict[str, Any], root: Path, write_files: bool) -> di
         pages.setdefault(entry["page"], {})[entry["name"]] = search_table(entry, root)
     pages.setdefault("README.md", {})["readme-results"] = readme_table(manifest, tables)
     pages.setdefault("docs/results.md", {})["results-summary"] = readme_table(manifest, tables)
+    for page, algorithm in manifest.get("algorithm_pages", {}).items():
+        pages.setdefault(page, {})["results-rows"] = readme_table(manifest, tables, algorithm)
     return pages
 
 

@@ -429,6 +429,32 @@ def test_a_manifest_table_without_its_block_is_refused(tmp_path):
     shutil.rmtree(root / "docs")
 
 
+def test_an_algorithm_page_gets_that_algorithms_readme_rows_and_must_have_their_block(tmp_path):
+    rows = [
+        {"algorithm": "IMPACT", "env": "Env-v0", "budget": "4k steps", "table": "x", "algo": "impact", "against": "PPO"},
+        {"algorithm": "IMPACT (MlpLstmPolicy)", "env": "Env-v1", "budget": "1k steps", "against": "PPO"},
+        {"algorithm": "IMPALA", "env": "Env-v0", "budget": "2k steps", "against": "PPO"},
+    ]
+    root = repository(tmp_path, [entry("x", ["Env-v0"])], rows)
+    manifest = yaml.safe_load((root / "benchmarks" / "tables.yml").read_text())
+    manifest["algorithm_pages"] = {"docs/impact.md": "IMPACT"}
+    (root / "benchmarks" / "tables.yml").write_text(yaml.safe_dump(manifest))
+    page = root / "docs" / "impact.md"
+    block = "<!-- generated: results-rows -->\n<!-- end generated: results-rows -->\n"
+    page.write_text(f"# IMPACT\n\n{block}")
+    curves = {("ppo", seed): [0, 5, 10, 20, 30] for seed in (100, 101, 102)}
+    curves.update({("impact", seed): [0, 20, 30, 40, 50] for seed in (100, 101, 102)})
+    write_table(root / "data" / "x", "Env-v0", curves)
+    tables_main(root)
+    text = page.read_text()
+    assert "| IMPACT | Env-v0 | 4k steps | 50.0 [50.0, 50.0] | PPO 30.0 [30.0, 30.0] |" in text
+    assert "| IMPACT (MlpLstmPolicy) | Env-v1 | 1k steps | not yet re-measured" in text and "IMPALA" not in text
+    assert "| IMPALA | Env-v0 | 2k steps |" in (root / "README.md").read_text()
+    page.write_text("# IMPACT\n")
+    with pytest.raises(SystemExit, match=r"docs/impact.md has no block for \['results-rows'\]"):
+        tables_main(root)
+
+
 def evaluations(returns: list[float], stds: list[float] | None = None) -> list[EvalPoint]:
     """One run evaluated at 0, 1000, ... steps (1 s of training per 1000 steps)."""
     stds = stds or [0.0] * len(returns)

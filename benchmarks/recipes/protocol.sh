@@ -91,7 +91,7 @@ python -m benchmarks run --algos impact "impact[collector=sync]" --env HalfCheet
     --order interleaved --steps 10000000 --max-seconds 120 --eval-seconds 30 --eval-episodes 10 \
     --out docs/benchmarks/tuning/impact_halfcheetah_rate
 # So the row's entry and ablation on fresh seeds in one invocation, PPO beside them: about 100 minutes alone for the
-# nine runs.
+# nine runs (107 on 2026-11-29, on the Intel Xeon with 2 cores of the IMPALA table of seeds 200-202).
 python -m benchmarks run --algos ppo impact "impact[collector=sync]" --env HalfCheetah-v5 --first-seed 200 --seeds 3 \
     --order interleaved --steps 10000000 --max-seconds 600 --eval-seconds 30 --eval-episodes 10 \
     --out "$OUT/impact_ppo_600s_200"
