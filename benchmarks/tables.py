@@ -365,17 +365,10 @@ def atari_table(table: Table, write_files: bool) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def readme_table(manifest: dict[str, Any], tables: dict[str, Table], algorithm: str | None = None) -> str:
-    """
-    The README's rows: each from its table, or marked as not yet re-measured; with ``algorithm``, only that
-    algorithm's rows (``IMPACT`` takes ``IMPACT (MlpLstmPolicy)`` too), for its page.
-    """
-    header = ["algorithm", "environment", "budget", "result", "against", "P(better) [95% CI]",
-              "paired ratio (median [min, max] over seeds)", "seeds", "P(better than its ablation)"]  # fmt: skip
+def readme_rows(manifest: dict[str, Any], tables: dict[str, Table]) -> list[list[str]]:
+    """The README's rows: each from its table, or marked as not yet re-measured."""
     rows = []
     for row in manifest["readme"]:
-        if algorithm is not None and row["algorithm"].split(" (")[0] != algorithm:
-            continue
         table = tables.get(row.get("table", ""))
         if table is not None and table.kind == "atari":
             cells = atari_row(table, row)
@@ -384,7 +377,18 @@ def readme_table(manifest: dict[str, Any], tables: dict[str, Table], algorithm: 
         else:
             cells = [NOT_YET, row["against"], "-", "-", "-"]
         rows.append([row["algorithm"], row["env"], row["budget"], *cells, ablation_cell(table, row)])
-    return "\n".join(markdown_table(header, rows)) + "\n"
+    return rows
+
+
+def readme_table(rows: list[list[str]], algorithm: str | None = None) -> str:
+    """
+    The README's results table of :func:`readme_rows`; with ``algorithm``, only that algorithm's rows (``IMPACT``
+    takes ``IMPACT (MlpLstmPolicy)`` too), for its page.
+    """
+    header = ["algorithm", "environment", "budget", "result", "against", "P(better) [95% CI]",
+              "paired ratio (median [min, max] over seeds)", "seeds", "P(better than its ablation)"]  # fmt: skip
+    kept = [row for row in rows if algorithm is None or row[0].split(" (")[0] == algorithm]
+    return "\n".join(markdown_table(header, kept)) + "\n"
 
 
 def ablation_cell(table: Table | None, row: dict[str, Any]) -> str:
@@ -547,10 +551,11 @@ def render_blocks(manifest: dict[str, Any], root: Path, write_files: bool) -> di
         pages.setdefault(entry["page"], {})[entry["name"]] = MEASUREMENT_KINDS[entry["kind"]](entry, root)
     for entry in manifest.get("searches", []):
         pages.setdefault(entry["page"], {})[entry["name"]] = search_table(entry, root)
-    pages.setdefault("README.md", {})["readme-results"] = readme_table(manifest, tables)
-    pages.setdefault("docs/results.md", {})["results-summary"] = readme_table(manifest, tables)
+    rows = readme_rows(manifest, tables)  # computed once: the README, the results page and each algorithm page
+    pages.setdefault("README.md", {})["readme-results"] = readme_table(rows)
+    pages.setdefault("docs/results.md", {})["results-summary"] = readme_table(rows)
     for page, algorithm in manifest.get("algorithm_pages", {}).items():
-        pages.setdefault(page, {})["results-rows"] = readme_table(manifest, tables, algorithm)
+        pages.setdefault(page, {})["results-rows"] = readme_table(rows, algorithm)
     return pages
 
 
