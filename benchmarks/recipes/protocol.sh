@@ -95,9 +95,10 @@ python -m benchmarks run --algos impact "impact[collector=sync]" --env HalfCheet
 python -m benchmarks run --algos ppo impact "impact[collector=sync]" --env HalfCheetah-v5 --first-seed 200 --seeds 3 \
     --order interleaved --steps 10000000 --max-seconds 600 --eval-seconds 30 --eval-episodes 10 \
     --out "$OUT/impact_ppo_600s_200"
-# The entropy search's winner (docs/algorithms/impact.md, Tuning log) on fresh seeds, under its variant name until it
-# reports, with PPO and its ablation in one invocation; about 12 minutes alone per run. Seeds 300-301 on 2026-11-29,
-# then the rest with --first-seed 302 --seeds 3 --append on the same machine kind.
+# The entropy search's winner (docs/algorithms/impact.md, Tuning log) on fresh seeds, under its variant name (the
+# yml entry since it reported: impact.yml, HalfCheetah-v5), with PPO and its ablation in one invocation; about 12
+# minutes alone per run. Seeds 300-301 and 302-304 (--first-seed 302 --seeds 3 --append) in two sittings of
+# 2026-11-29 on the same machine kind. The README's IMPACT HalfCheetah-v5 row.
 python -m benchmarks run --algos ppo "impact[ent_coef=0.01]" "impact[ent_coef=0.01,collector=sync]" --env HalfCheetah-v5 \
     --first-seed 300 --seeds 5 --order interleaved --steps 10000000 --max-seconds 600 --eval-seconds 30 \
     --eval-episodes 10 --out "$OUT/impact_ent_ppo_600s_300"
