@@ -129,7 +129,7 @@ python -m benchmarks run --algos ppo impala "impala[collector=process]" --env Ha
 # The process collector as the entry's candidate (docs/algorithms/impala.md, "Tuning log"), on fresh seeds since
 # 200-202 chose it, its ablation (the entry's sync collector) and PPO beside it: about 36 minutes alone per seed, so
 # over sittings on one machine kind (Intel Xeon x2): seeds 300-302 on 2026-11-29/30 (--seeds 2, then --first-seed 302
-# --seeds 1 --append), 303-304 to be appended the same way.
+# --seeds 1 --append), 303-304 on 2026-11-30 (--first-seed 303 --seeds 2 --append).
 python -m benchmarks run --algos ppo "impala[collector=process]" impala --env HalfCheetah-v5 --first-seed 300 \
     --seeds 5 --order interleaved --steps 100000000 --max-seconds 600 --eval-seconds 30 --eval-episodes 10 \
     --out "$OUT/impala_process_ppo_600s_300"
