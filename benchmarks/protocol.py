@@ -131,8 +131,13 @@ def git_commit(directory: Path | None = None, short: bool = False, only_director
     return "unknown"
 
 
+def run_file_name(algo: str, seed: int) -> str:
+    """The stem of one run's files (its record, its recorders' rows): ``impact_ent_coef_0.01__seed3``."""
+    return f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', algo)}_seed{seed}"
+
+
 def record_path(out: Path, env_id: str, algo: str, seed: int) -> Path:
-    return out / "runs" / env_id / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', algo)}_seed{seed}.json"
+    return out / "runs" / env_id / f"{run_file_name(algo, seed)}.json"
 
 
 def write_run_record(out: Path, record: dict[str, Any]) -> Path:

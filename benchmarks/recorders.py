@@ -17,7 +17,7 @@ AMBER paper's Figure 5; the ``active_batches`` recorder before) are ``train/acti
 an iteration's steps, each diagnostics row is one iteration's (``--plot-diagnostics active_batches ...``).
 """
 
-import re
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
@@ -31,6 +31,7 @@ from stable_baselines3.common.utils import obs_as_tensor
 from benchmarks.config import ALGOS, algo_class
 from benchmarks.output import EvalPoint, write_rows
 from benchmarks.plot import plot_heatmaps, plot_panels
+from benchmarks.protocol import run_file_name
 from sb3_impact.common.refer import diag_gaussian_kl
 
 ROW_KEYS = ["algo", "seed", "steps"]
@@ -139,7 +140,22 @@ def validate_recorders(names: list[str], algos: list[str]) -> None:
 
 
 def record_path(out: Path, env_id: str, name: str, algo: str, seed: int) -> Path:
-    return out / "records" / env_id / name / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', algo)}_seed{seed}.csv"
+    return out / "records" / env_id / name / f"{run_file_name(algo, seed)}.csv"
+
+
+def copy_run_records(source: Path, out: Path, env_id: str, algo: str, seed: int) -> None:
+    """
+    One run's rows of every recorder (the diagnostics included) from ``source`` into ``out``, for ``--merge``: the
+    run's own files replace those ``out`` had for it, and a recorder the run did not write leaves none behind.
+    """
+    names = {folder.name for root in (source, out) for folder in (root / "records" / env_id).glob("*") if folder.is_dir()}
+    for name in sorted(names):
+        path, target = record_path(source, env_id, name, algo, seed), record_path(out, env_id, name, algo, seed)
+        if path.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+        else:
+            target.unlink(missing_ok=True)
 
 
 def read_records(out: Path, env_id: str, name: str) -> pd.DataFrame:

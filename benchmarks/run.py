@@ -45,9 +45,10 @@ from benchmarks.protocol import (
     eval_policy,
     git_commit,
     read_run_records,
+    record_path,
     write_run_record,
 )
-from benchmarks.recorders import RECORDERS, plot_records, validate_recorders
+from benchmarks.recorders import RECORDERS, copy_run_records, plot_records, validate_recorders
 from benchmarks.summary import threshold_summary
 
 
@@ -326,14 +327,14 @@ def kept_points(args: argparse.Namespace, specs: list[RunSpec]) -> tuple[dict[st
     return kept, machines
 
 
-def merged_points(args: argparse.Namespace, env: str) -> tuple[list[EvalPoint], dict | None, dict]:
+def merged_points(args: argparse.Namespace, env: str) -> tuple[list[EvalPoint], dict | None, dict, dict]:
     """
     ``--merge``: the runs of ``--out``'s ENV.csv, then those of ``--algos`` in each ``--merge`` folder's (a folder
     may hold other algorithms' runs, such as a baseline table's other variants), one run per (algo, seed): a later
     folder's run replaces an earlier one unless it failed where the earlier one finished. ``--summarize`` is the
     merge of ``--out`` alone. Returns the rows, the machine the JSON will record (each folder's JSON ``machine`` as
-    a sitting) and the kept runs' records. Raises :class:`ProtocolError` where the merged table compares algorithms
-    across machines, software or settings.
+    a sitting), the kept runs' records and the folder each kept run comes from. Raises :class:`ProtocolError` where
+    the merged table compares algorithms across machines, software or settings.
     """
     tables, records, machines = [], [], []
     for folder in [args.out, *args.merge]:
@@ -359,18 +360,24 @@ def merged_points(args: argparse.Namespace, env: str) -> tuple[list[EvalPoint], 
             machine = joined_sittings(machine, folder_machine, f"--merge {folder} into {env}'s table", compares)
     check_comparison(list(kept_records.values()), f"--merge into {env}'s table")
     points = [EvalPoint(**row) for row in rows[list(EvalPoint.__annotations__)].to_dict("records")]
-    return points, machine, kept_records
+    return points, machine, kept_records, {key: machines[folder][0] for key, folder in chosen.items()}
 
 
 def rewrite_tables(args: argparse.Namespace, baseline: str) -> None:
     """
     ``--summarize`` and ``--merge``: run nothing, rewrite each env's CSV, JSON and PNG from the rows there are. The
-    runs' records are read, never rewritten (``--merge`` copies the merged runs' records into ``--out``).
+    runs' records are read, never rewritten (``--merge`` copies the merged runs' records, and their recorders'
+    rows with the diagnostics, into ``--out``).
     """
     tables = {env: merged_points(args, env) for env in args.envs}  # every table is checked before one is written
-    for env, (points, machine, records) in tables.items():
+    for env, (points, machine, records, sources) in tables.items():
         for record in records.values() if args.merge else []:
             write_run_record(args.out, record)
+        for (algo, seed), folder in sources.items() if args.merge else []:
+            if folder.resolve() != args.out.resolve():
+                copy_run_records(folder, args.out, env, algo, seed)
+                if (algo, seed) not in records:  # a run kept without a record: none of the run it replaced stays
+                    record_path(args.out, env, algo, seed).unlink(missing_ok=True)
         print_summary(write_results(args, env, points, baseline, machine, records))
 
 

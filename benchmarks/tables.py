@@ -481,7 +481,7 @@ def search_table(entry: dict[str, Any], root: Path) -> str:
     search is a step-based run on a seed below 100, on the same grid and software as the others (the protocol's
     comparison check). Below the table, how many of the declared runs (``candidates`` x ``envs`` x ``seeds``) are
     in, and which are still needed; a run outside the declared grid (an earlier question's variant on the same
-    grid) is shown too.
+    grid) is shown too, then the data folders and the ``recipe`` that makes them.
     """
     budget, last, drop = int(entry["budget"]), int(entry["last"]), float(entry.get("drop", 1000))
     runs: dict[tuple[str, str, int], list[EvalPoint]] = {}
@@ -529,7 +529,8 @@ def search_table(entry: dict[str, Any], root: Path) -> str:
         status += f"; not needed, the candidate being out: {unneeded} run{'s' * (unneeded > 1)} of " + ", ".join(
             f"`{algo}`" for algo in sorted(out)
         )
-    return "\n".join(markdown_table(header, rows)) + f"\n\n{status}. Data: {', '.join(entry['data'])}.\n"
+    recipe = link(entry["page"], entry["recipe"])
+    return "\n".join(markdown_table(header, rows)) + f"\n\n{status}. Data: {', '.join(entry['data'])}. Recipe: {recipe}.\n"
 
 
 def render_blocks(manifest: dict[str, Any], root: Path, write_files: bool) -> dict[str, dict[str, str]]:

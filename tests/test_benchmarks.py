@@ -22,7 +22,7 @@ from stable_baselines3.common.vec_env import SubprocVecEnv
 from benchmarks import run as run_module
 from benchmarks.config import load_zoo_hyperparams, make_training_env, validate_names, zoo_yml_path
 from benchmarks.output import EvalPoint, read_csv, write_csv, write_json
-from benchmarks.protocol import RUN_DATA, git_commit, is_atari
+from benchmarks.protocol import RUN_DATA, git_commit, is_atari, record_path
 from benchmarks.summary import held_crossing, threshold_summary
 from tests.commands import run_command
 
@@ -467,6 +467,7 @@ def test_a_table_spanning_sittings_keeps_each_machine(tmp_path, capsys):
 
 
 def test_merge_puts_side_by_side_invocations_into_one_table(tmp_path, capsys):
+    from benchmarks.diagnostics import diagnostics_path
     from benchmarks.output import machine_description
 
     current = machine_description()
@@ -484,8 +485,25 @@ def test_merge_puts_side_by_side_invocations_into_one_table(tmp_path, capsys):
     # a rerun of impact seed 1 that finished, a run killed before it finished, one that failed where out finished
     side_a = table("a", [("impact", 1, 30.0, "ok"), ("ppo", 1, math.nan, "failed")], current)
     side_b = table("b", [("ppo", 1, 12.0, "ok"), ("impact", 0, math.nan, "failed"), ("a2c", 0, 9.0, "ok")], current)
+    # Each kept run's diagnostics come with it: out's own stay, a rerun's replace the run it replaces, a run that
+    # stored none leaves none (out's file of ppo seed 1 is a killed run's), and an algo not merged brings none.
+    entropies = {(out, "ppo", 0): -1, (out, "impact", 1): -2, (out, "ppo", 1): -3, (side_a, "impact", 1): -4,
+                 (side_b, "a2c", 0): -5}  # fmt: skip
+    for (folder, algo, seed), entropy in entropies.items():
+        path = diagnostics_path(folder, "CartPole-v1", algo, seed)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"algo,seed,steps,train/entropy_loss\n{algo},{seed},1000,{entropy}\n")
+    replaced_record = record_path(out, "CartPole-v1", "impact", 1)  # the rerun kept from side_a has none
+    replaced_record.parent.mkdir(parents=True)
+    replaced_record.write_text(json.dumps({"algo": "impact", "seed": 1, "env": "CartPole-v1"}))
     argv = ["--algos", "ppo", "impact", "--env", "CartPole-v1", "--seeds", "2", "--steps", "1000", "--out", str(out)]
     run_module.main([*argv, "--merge", str(side_a), str(side_b)])
+    stored = {path.name: path.read_text() for path in (out / "records" / "CartPole-v1" / "diagnostics").glob("*.csv")}
+    assert stored == {
+        "ppo_seed0.csv": "algo,seed,steps,train/entropy_loss\nppo,0,1000,-1\n",
+        "impact_seed1.csv": "algo,seed,steps,train/entropy_loss\nimpact,1,1000,-4\n",
+    }
+    assert not replaced_record.exists()
     rows = {(point.algo, point.seed): (point.eval_mean, point.status) for point in read_csv(out / "CartPole-v1.csv")}
     assert rows == {
         ("ppo", 0): (10.0, "ok"),

@@ -11,6 +11,7 @@ others keep a process of their own: ``gradient_step_cost`` compiles the loss (in
 ``ray_scaling`` starts and stops its own Ray.
 """
 
+import fnmatch
 import importlib.util
 import os
 import re
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch as th
+import yaml
 
 from benchmarks import run as run_module
 from benchmarks.__main__ import main as benchmarks_main
@@ -135,3 +137,24 @@ def test_recipe_first_line_runs_at_a_small_budget(recipe, tmp_path, monkeypatch,
     assert {".csv", ".json"} <= written or {".csv", ".png"} <= written, f"{recipe.name} wrote {sorted(written)}"
     if argv[0] == "run":
         assert "failed" not in "".join(path.read_text() for path in out.glob("*.csv")), output[-3000:]
+
+
+def written_folders(recipe: Path) -> list[str]:
+    """The folders a recipe's commands write (``--out``), ``$OUT/`` left off; a shell variable (``$game``) stays."""
+    lines = recipe.read_text().replace("\\\n", " ").splitlines()
+    text = "\n".join(line for line in lines if not line.lstrip().startswith("#"))
+    return [out.removeprefix("$OUT/") for out in re.findall(r'--out\s+"?([^"\s]+)', text)]
+
+
+def test_every_table_and_search_has_the_recipe_line_that_writes_its_data():
+    """Each data folder of benchmarks/tables.yml's tables and searches ends with a folder its recipe's lines write
+    (``--out "$OUT/NAME"``, copied to docs/benchmarks/KIND/NAME), so that a generated table can be made again."""
+    manifest = yaml.safe_load((REPO_ROOT / "benchmarks" / "tables.yml").read_text())
+    lacking = []
+    for entry in manifest["tables"] + manifest["searches"]:
+        outs = written_folders(REPO_ROOT / entry["recipe"])
+        patterns = [re.sub(r"\$\w+", "*", out) for out in outs if re.sub(r"\$\w+", "", out).strip("/")]  # not "$OUT"
+        for folder in entry["data"] if isinstance(entry["data"], list) else [entry["data"]]:
+            if not any(fnmatch.fnmatch(folder, pattern) or fnmatch.fnmatch(folder, f"*/{pattern}") for pattern in patterns):
+                lacking.append(f"{entry['name']}: {folder} ({entry['recipe']})")
+    assert not lacking, "no recipe line writes " + "; ".join(lacking)

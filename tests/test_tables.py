@@ -583,7 +583,8 @@ def test_the_readme_gives_p_better_than_the_ablation_once_it_ran_in_the_rows_tab
 
 def test_a_search_is_read_by_its_declared_criterion_and_says_which_runs_it_lacks(tmp_path):
     search = {"name": "s", "page": "docs/results.md", "envs": ["Env-v0"], "data": ["data/s"], "budget": 4000,
-              "last": 2, "drop": 10, "candidates": ["impact", "impact[ent_coef=0.01]"], "seeds": [0, 1]}  # fmt: skip
+              "last": 2, "drop": 10, "candidates": ["impact", "impact[ent_coef=0.01]"], "seeds": [0, 1],
+              "recipe": "benchmarks/recipes/tuning.sh"}  # fmt: skip
     root = repository(tmp_path, [], [])
     manifest = yaml.safe_load((root / "benchmarks" / "tables.yml").read_text())
     (root / "benchmarks" / "tables.yml").write_text(yaml.safe_dump({**manifest, "searches": [search]}))
@@ -600,6 +601,7 @@ def test_a_search_is_read_by_its_declared_criterion_and_says_which_runs_it_lacks
     assert "| `impact` | Env-v0 | 1 | 35.0 (3k-4k steps) | 0 | 4 |  |" in page
     assert "| `impact[ent_coef=0.01]` | Env-v0 | 0 | 40.0 (3k-4k steps) | 0 | 4 | 40.0 (1 run) |" in page
     assert "3 of the 4 declared runs so far; still needed: `impact[ent_coef=0.01]` Env-v0 1." in page
+    assert "Data: data/s. Recipe: [benchmarks/recipes/tuning.sh](../benchmarks/recipes/tuning.sh)." in page
     # A search is for tuning seeds: a reporting seed in its data is refused.
     write_table(root / "data" / "s", "Env-v0", {("impact", 100): [0, 1, 2, 3, 4, 5]})
     with pytest.raises(SystemExit, match=r"seeds \[100\] are reporting seeds"):
@@ -608,7 +610,8 @@ def test_a_search_is_read_by_its_declared_criterion_and_says_which_runs_it_lacks
 
 def test_a_search_whose_criterion_puts_out_a_policy_that_plays_one_way_says_so_and_needs_no_more_of_its_runs(tmp_path):
     search = {"name": "s", "page": "docs/results.md", "envs": ["Env-v0"], "data": ["data/s"], "budget": 4000,
-              "last": 2, "candidates": ["impact", "impact[ent_coef=0.01]"], "seeds": [0, 1], "std_0_out": True}  # fmt: skip
+              "last": 2, "candidates": ["impact", "impact[ent_coef=0.01]"], "seeds": [0, 1], "std_0_out": True,
+              "recipe": "benchmarks/recipes/tuning.sh"}  # fmt: skip
     root = repository(tmp_path, [], [])
     manifest = yaml.safe_load((root / "benchmarks" / "tables.yml").read_text())
     (root / "benchmarks" / "tables.yml").write_text(yaml.safe_dump({**manifest, "searches": [search]}))

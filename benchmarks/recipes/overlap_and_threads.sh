@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The shared-memory process collector's overlap and the thread policy on the 2-core machine
 # (docs/algorithms/collectors.md, "Overlap on two cores" and "Threads"). Wall-clock lines: run with nothing else on the
-# machine. The JSON files are copied to docs/benchmarks/collectors/ and `python -m benchmarks tables` writes the pages.
+# machine. $OUT is copied to docs/benchmarks/overlap_two_cores/ (the manifest's data files) and `python -m benchmarks
+# tables` writes the pages.
 set -euo pipefail
 OUT=${OUT:-results/overlap_and_threads}
 

@@ -133,3 +133,11 @@ python -m benchmarks run --algos ppo impala "impala[collector=process]" --env Ha
 python -m benchmarks run --algos ppo "impala[collector=process]" impala --env HalfCheetah-v5 --first-seed 300 \
     --seeds 5 --order interleaved --steps 100000000 --max-seconds 600 --eval-seconds 30 --eval-episodes 10 \
     --out "$OUT/impala_process_ppo_600s_300"
+# The annealed learning rate as the candidate (docs/algorithms/impala.md, "Tuning log": lin_1e-4 on the process
+# collector won the step-based question on tuning seeds 0-1), its ablation (the same schedule on the sync collector)
+# and PPO; --steps 2600000 is about what the process collector samples in 600 s, so that its schedule ends with the
+# budget. About 36 minutes alone per seed, one seed per invocation on one machine kind (Intel Xeon x2): seed 400 on
+# 2026-11-30 (--seeds 1), 401-404 appended one at a time later that day (--first-seed N --seeds 1 --append).
+python -m benchmarks run --algos ppo "impala[collector=process,learning_rate=lin_1e-4]" "impala[learning_rate=lin_1e-4]" \
+    --env HalfCheetah-v5 --first-seed 400 --seeds 5 --order interleaved --steps 2600000 --max-seconds 600 \
+    --eval-seconds 30 --eval-episodes 10 --out "$OUT/impala_lin_ppo_600s_400"

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The tuning searches of the algorithm pages' "Tuning log" sections (issue 64), one block per generated search table
+# (benchmarks/tables.yml, `searches`). Every run is step-based on tuning seeds (below 100), one torch thread each,
+# two at a time: `--jobs 2` where a line has it, else two lines run side by side. Each question was declared in its
+# tuning log, with its criterion, before its runs; the lines below make each folder of docs/benchmarks/tuning/ again,
+# in the order the questions were asked (a seed the log ran in a later sitting is appended, or folded into --seeds
+# where its runs are the same), and draw the diagnostics figure a page shows where the log drew it
+# (--plot-diagnostics, with the runs there were then). $OUT's folders are copied to docs/benchmarks/tuning/ (not the
+# side folders of a --merge) and `python -m benchmarks tables` writes the search tables.
+set -euo pipefail
+OUT=${OUT:-results/tuning}
+GRID_HOPPER=(--steps 2000000 --eval-freq 50000 --eval-episodes 10 --torch-threads 1)
+GRID_HALFCHEETAH=(--steps 1500000 --eval-freq 50000 --eval-episodes 10 --jobs 2 --torch-threads 1)
+GRID_WALKER=(--steps 1000000 --eval-freq 20000 --eval-episodes 10 --torch-threads 1)
+GRID_ATARI=(--steps 160000 --eval-freq 20000 --eval-episodes 10 --torch-threads 1)
+
+# search-impact-hopper (docs/algorithms/impact.md): the paper's KL term against the entry, adaptive on seed 0 and
+# held at 1.0 on seeds 0-1; then the declared entropy grid on seed 0 and on seed 1 (a folder each).
+python -m benchmarks run --algos impact "impact[kl_coef=1.0,kl_target=0.04]" --env Hopper-v5 --first-seed 0 --seeds 1 \
+    "${GRID_HOPPER[@]}" --out "$OUT/impact_hopper_kl"
+python -m benchmarks run --algos "impact[kl_coef=1.0]" --env Hopper-v5 --first-seed 0 --seeds 1 "${GRID_HOPPER[@]}" \
+    --append --out "$OUT/impact_hopper_kl"
+python -m benchmarks run --algos impact "impact[kl_coef=1.0]" --env Hopper-v5 --first-seed 1 --seeds 1 \
+    "${GRID_HOPPER[@]}" --append --plot-diagnostics kl_to_target clip_fraction entropy_loss \
+    --out "$OUT/impact_hopper_kl"
+python -m benchmarks run --algos "impact[ent_coef=0.0023]" "impact[ent_coef=0.01]" --env Hopper-v5 --first-seed 0 \
+    --seeds 1 "${GRID_HOPPER[@]}" --plot-diagnostics entropy_loss clip_fraction approx_kl --out "$OUT/impact_hopper_ent"
+python -m benchmarks run --algos "impact[ent_coef=0.0023]" "impact[ent_coef=0.01]" --env Hopper-v5 --first-seed 1 \
+    --seeds 1 "${GRID_HOPPER[@]}" --out "$OUT/impact_hopper_ent_seed1"
+
+# search-impact-halfcheetah (docs/algorithms/impact.md): the entropy grid, then three penalty questions, each a
+# folder of its own.
+python -m benchmarks run --algos impact "impact[ent_coef=0.0023]" "impact[ent_coef=0.01]" --env HalfCheetah-v5 \
+    --first-seed 0 --seeds 2 "${GRID_HALFCHEETAH[@]}" --plot-diagnostics entropy_loss kl_to_target clip_fraction \
+    action_mean_abs --out "$OUT/impact_halfcheetah_ent"
+python -m benchmarks run --algos "impact[kl_coef=1.0,kl_target=0.04]" --env HalfCheetah-v5 --first-seed 0 --seeds 2 \
+    "${GRID_HALFCHEETAH[@]}" --out "$OUT/impact_halfcheetah_kl"
+python -m benchmarks run --algos "impact[ent_coef=0.01,kl_coef=1.0,kl_target=0.04]" --env HalfCheetah-v5 \
+    --first-seed 0 --seeds 2 "${GRID_HALFCHEETAH[@]}" --out "$OUT/impact_halfcheetah_ent_kl"
+python -m benchmarks run --algos "impact[ent_coef=0.01,kl_coef=1.0,kl_target=0.3]" --env HalfCheetah-v5 \
+    --first-seed 0 --seeds 2 "${GRID_HALFCHEETAH[@]}" --out "$OUT/impact_halfcheetah_ent_kl03"
+
+# search-impala-halfcheetah (docs/algorithms/impala.md): the annealed learning rate on the process collector, 2.6M
+# steps (what the process collector samples in 600 s).
+OMP_NUM_THREADS=1 python -m benchmarks run --algos "impala[collector=process,learning_rate=lin_1e-4]" \
+    "impala[collector=process]" --env HalfCheetah-v5 --first-seed 0 --seeds 2 --steps 2600000 --eval-freq 100000 \
+    --eval-episodes 10 --jobs 2 --torch-threads 1 --out "$OUT/impala_halfcheetah_process_lin"
+
+# search-ppo-amber-walker2d (docs/algorithms/ppo_amber.md): the entry and replay_length=1 side by side on seed 0, then
+# merged into one table; the eps_b grid (0.3, then lin_0.25) on seeds 0-1 and the entry on seed 1.
+python -m benchmarks run --algos ppo_amber --env Walker2d-v5 --first-seed 0 --seeds 1 "${GRID_WALKER[@]}" \
+    --out "$OUT/ppo_amber_replay_length"
+python -m benchmarks run --algos "ppo_amber[replay_length=1]" --env Walker2d-v5 --first-seed 0 --seeds 1 \
+    "${GRID_WALKER[@]}" --out "$OUT/ppo_amber_replay_length_1"
+python -m benchmarks run --algos "ppo_amber[replay_length=1]" --env Walker2d-v5 --out "$OUT/ppo_amber_replay_length" \
+    --merge "$OUT/ppo_amber_replay_length_1" --plot-diagnostics active_batches replay_ratio_min clip_fraction
+python -m benchmarks run --algos "ppo_amber[batch_drop_factor=0.3]" --env Walker2d-v5 --first-seed 0 --seeds 1 \
+    "${GRID_WALKER[@]}" --plot-diagnostics active_batches replay_ratio_mean clip_fraction std \
+    --out "$OUT/ppo_amber_eps_b"
+python -m benchmarks run --algos ppo_amber --env Walker2d-v5 --first-seed 1 --seeds 1 "${GRID_WALKER[@]}" \
+    --out "$OUT/ppo_amber_entry_seed1"
+python -m benchmarks run --algos "ppo_amber[batch_drop_factor=lin_0.25]" --env Walker2d-v5 --first-seed 0 --seeds 1 \
+    "${GRID_WALKER[@]}" --out "$OUT/ppo_amber_eps_b_lin"
+python -m benchmarks run --algos "ppo_amber[batch_drop_factor=0.3]" --env Walker2d-v5 --first-seed 1 --seeds 1 \
+    "${GRID_WALKER[@]}" --append --out "$OUT/ppo_amber_eps_b"
+python -m benchmarks run --algos "ppo_amber[batch_drop_factor=lin_0.25]" --env Walker2d-v5 --first-seed 1 --seeds 1 \
+    "${GRID_WALKER[@]}" --append --out "$OUT/ppo_amber_eps_b_lin"
+
+# search-ppo-amber-walker2d-clip (docs/algorithms/ppo_amber.md): clip 0.1 against the eps_b search's winner, a folder
+# per seed.
+python -m benchmarks run --algos "ppo_amber[clip_range=0.1]" --env Walker2d-v5 --first-seed 0 --seeds 1 \
+    "${GRID_WALKER[@]}" --jobs 1 --out "$OUT/ppo_amber_clip"
+python -m benchmarks run --algos "ppo_amber[clip_range=0.1]" --env Walker2d-v5 --first-seed 1 --seeds 1 \
+    "${GRID_WALKER[@]}" --jobs 1 --out "$OUT/ppo_amber_clip_seed1"
+
+# search-ptr-ppo-atari (docs/algorithms/ptr_ppo.md): ent_coef 0.01 and the entry at 160k steps, a folder per game:
+# ent_coef 0.01 on seed 0 of UpNDown (where the entry collapsed), Qbert and Breakout; the entry on UpNDown, seeds
+# 0-1 (it is out of the search there by its criterion, so it runs no other game); then ent_coef 0.01's other runs.
+python -m benchmarks run --algos "ptr_ppo[ent_coef=0.01]" --env UpNDownNoFrameskip-v4 --first-seed 0 --seeds 1 \
+    "${GRID_ATARI[@]}" --plot-diagnostics entropy_loss replay_clip_fraction clip_fraction \
+    --out "$OUT/ptr_ppo_ent_coef_160k/UpNDownNoFrameskip-v4"
+for game in QbertNoFrameskip-v4 BreakoutNoFrameskip-v4; do
+    python -m benchmarks run --algos "ptr_ppo[ent_coef=0.01]" --env "$game" --first-seed 0 --seeds 1 \
+        "${GRID_ATARI[@]}" --out "$OUT/ptr_ppo_ent_coef_160k/$game"
+done
+python -m benchmarks run --algos ptr_ppo --env UpNDownNoFrameskip-v4 --first-seed 0 --seeds 2 "${GRID_ATARI[@]}" \
+    --out "$OUT/ptr_ppo_entry_160k/UpNDownNoFrameskip-v4"
+python -m benchmarks run --algos "ptr_ppo[ent_coef=0.01]" --env UpNDownNoFrameskip-v4 --first-seed 1 --seeds 1 \
+    "${GRID_ATARI[@]}" --append --out "$OUT/ptr_ppo_ent_coef_160k/UpNDownNoFrameskip-v4"
+python -m benchmarks run --algos "ptr_ppo[ent_coef=0.01]" --env AtlantisNoFrameskip-v4 --first-seed 0 --seeds 2 \
+    "${GRID_ATARI[@]}" --out "$OUT/ptr_ppo_ent_coef_160k/AtlantisNoFrameskip-v4"
+for game in QbertNoFrameskip-v4 BreakoutNoFrameskip-v4; do
+    python -m benchmarks run --algos "ptr_ppo[ent_coef=0.01]" --env "$game" --first-seed 1 --seeds 1 \
+        "${GRID_ATARI[@]}" --append --out "$OUT/ptr_ppo_ent_coef_160k/$game"
+done
