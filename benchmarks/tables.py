@@ -30,7 +30,8 @@ Kinds:
 
 The README's table gives, per row, the result, the baseline's, the probability of improvement (P(better)), the
 paired ratio (or why there is none) and, for a row that names its ``ablation`` (the method with its mechanism off,
-all else equal, run in the same table), the probability of ending better than the ablation.
+all else equal, run in the same table, or in its ``ablation_table`` beside the method on fresh seeds), the
+probability of ending better than the ablation.
 
 The manifest's ``searches`` are tuning searches on seeds below 100, each read by its declared criterion
 (:func:`search_table`) on its algorithm page.
@@ -376,7 +377,10 @@ def readme_rows(manifest: dict[str, Any], tables: dict[str, Table]) -> list[list
             cells = comparison_row(table, row)
         else:
             cells = [NOT_YET, row["against"], "-", "-", "-"]
-        rows.append([row["algorithm"], row["env"], row["budget"], *cells, ablation_cell(table, row)])
+        if "ablation_table" in row and row["ablation_table"] not in tables:
+            raise ProtocolError(f"README row {row['algorithm']} {row['env']}: no table {row['ablation_table']!r}")
+        ablation_table = tables[row["ablation_table"]] if "ablation_table" in row else table
+        rows.append([row["algorithm"], row["env"], row["budget"], *cells, ablation_cell(ablation_table, row)])
     return rows
 
 
@@ -394,8 +398,10 @@ def readme_table(rows: list[list[str]], algorithm: str | None = None) -> str:
 def ablation_cell(table: Table | None, row: dict[str, Any]) -> str:
     """
     The probability that the row's method ends better than its ablation (``ablation`` in the README row: the same
-    algo with its mechanism off, all else equal, run in the row's table), over the ablation's seeds; "-" for a row
-    that names no ablation, "not yet measured" until its runs are in the table.
+    algo with its mechanism off, all else equal), over the seeds both have in ``table``: the row's table, or the
+    row's ``ablation_table``, where a row whose entry is unchanged keeps its seeds and the method ran again beside its
+    ablation on fresh ones (the cell then names those seeds). "-" for a row that names no ablation, "not yet run"
+    until its runs are in the table, the count while fewer than the protocol's 3 seeds are.
     """
     ablation = row.get("ablation")
     if ablation is None:
@@ -413,7 +419,17 @@ def ablation_cell(table: Table | None, row: dict[str, Any]) -> str:
     algos = table.summary(row["env"])["algos"]
     if ablation not in algos or row["algo"] not in algos:
         return f"not yet run ({label})"
-    ours, off = ([value for value in compared_returns(algos[algo]) if value is not None] for algo in (row["algo"], ablation))
+    seeds = sorted(set(algos[row["algo"]]["seeds"]) & set(algos[ablation]["seeds"]))
+    if "ablation_table" in row and seeds:
+        contiguous = seeds == list(range(seeds[0], seeds[-1] + 1))
+        label += f"; seeds {seeds[0]}-{seeds[-1]}" if contiguous else f"; seeds {', '.join(map(str, seeds))}"
+    if len(seeds) < MIN_README_SEEDS:
+        return f"{len(seeds)} of {MIN_README_SEEDS} seeds so far ({label})"
+    ours, off = (
+        [value for seed, value in zip(algos[algo]["seeds"], compared_returns(algos[algo]), strict=True)
+         if seed in seeds and value is not None]
+        for algo in (row["algo"], ablation)
+    )  # fmt: skip
     return f"{estimate(probability_of_improvement(ours, off), 'p', '.2f')} ({label})"
 
 

@@ -213,6 +213,7 @@ def test_impact_target_network_updates_every_n_times_k():
     [
         (IMPACT, {}),
         (IMPACT, dict(batch_size=8)),
+        (IMPACT, dict(target_worker_clip=float("inf"))),  # the clipping off: R_1 = pi / pi_target
         (IMPALA, {}),
         (IMPALA, dict(batch_size=8, n_epochs=2)),
         (IMPALA, dict(n_value_epochs=2, value_batch_size=8)),
@@ -237,6 +238,7 @@ def test_loss_stays_finite_with_extreme_ratios(algo, kwargs):
     "kwargs,name",
     [
         ({"target_worker_clip": 0.5}, "target_worker_clip"),
+        ({"target_worker_clip": float("nan")}, "target_worker_clip"),
         ({"circular_buffer_size": 0}, "circular_buffer_size"),
         ({"max_batch_reuse": 0}, "max_batch_reuse"),
         ({"n_steps": 0}, "n_steps"),

@@ -581,6 +581,38 @@ def test_the_readme_gives_p_better_than_the_ablation_once_it_ran_in_the_rows_tab
     assert "the steps to 30.0 | 3 | 0.67 [" in readme and "] (impact[collector=sync]) |" in readme
 
 
+def test_an_unchanged_rows_ablation_on_fresh_seeds_is_read_from_its_own_table_once_it_has_3_seeds(tmp_path, monkeypatch):
+    """The row keeps its table (seeds 100-102); its ``ablation_table`` has the method beside its ablation on seeds
+    200-202: the cell compares those two on the seeds both have, names them, and waits for the protocol's 3."""
+    monkeypatch.setattr(statistics, "BOOTSTRAP_REPS", 100)
+    row = {"algorithm": "X", "env": "Env-v0", "budget": "4k steps", "table": "x", "algo": "impact", "against": "PPO",
+           "measure": "steps", "ablation": "impact[collector=sync]", "ablation_table": "x_200"}  # fmt: skip
+    claim = {("ppo", seed): [0, 5, 10, 20, 30] for seed in (100, 101, 102)}
+    claim.update({("impact", seed): [0, 20, 30, 40, 50] for seed in (100, 101, 102)})
+    # Seeds 200-202: ours ends at 50, 51, 52, the ablation at 40, 45, 60 (ours above in 6 of 9 pairs); the
+    # ablation's seed 203, which ours lacks, is left out.
+    fresh = {("impact", seed): [0, 20, 30, 40, 50 + seed - 200] for seed in (200, 201, 202)}
+    fresh.update({("impact[collector=sync]", seed): [0, 10, 20, 30, end] for seed, end in
+                  zip((200, 201, 202, 203), (40, 45, 60, 0), strict=True)})  # fmt: skip
+    fresh.update({("ppo", seed): [0, 5, 10, 20, 30] for seed in (200, 201, 202, 203)})  # the baseline beside them
+    for name, seeds, expected in [
+        ("two", (200, 201), "| 3 | 2 of 3 seeds so far (impact[collector=sync]; seeds 200-201) |"),
+        ("three", (200, 201, 202, 203), "| 3 | 0.67 ["),
+    ]:
+        root = repository(tmp_path / name, [entry("x", ["Env-v0"]), entry("x_200", ["Env-v0"])], [row])
+        write_table(root / "data" / "x", "Env-v0", claim)
+        write_table(root / "data" / "x_200", "Env-v0", {key: curve for key, curve in fresh.items() if key[1] in seeds})
+        tables_main(root)
+        readme = (root / "README.md").read_text()
+        assert "| X | Env-v0 | 4k steps | 50.0 [50.0, 50.0] | PPO 30.0 [30.0, 30.0] |" in readme  # the row's own seeds
+        assert expected in readme, readme
+    assert "] (impact[collector=sync]; seeds 200-202) |" in readme
+    root = repository(tmp_path / "typo", [entry("x", ["Env-v0"])], [{**row, "ablation_table": "x_2000"}])
+    write_table(root / "data" / "x", "Env-v0", claim)
+    with pytest.raises(SystemExit, match="no table 'x_2000'"):
+        tables_main(root)
+
+
 def test_a_search_is_read_by_its_declared_criterion_and_says_which_runs_it_lacks(tmp_path):
     search = {"name": "s", "page": "docs/results.md", "envs": ["Env-v0"], "data": ["data/s"], "budget": 4000,
               "last": 2, "drop": 10, "candidates": ["impact", "impact[ent_coef=0.01]"], "seeds": [0, 1],

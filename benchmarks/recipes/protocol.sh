@@ -24,7 +24,9 @@ python -m benchmarks run --algos ppo vracer --env HalfCheetah-v5 --first-seed 10
 python -m benchmarks run --algos "$PPO_DEFAULTS" vracer --env Hopper-v5 --first-seed 100 --seeds 3 "${STEPS_1M[@]}" \
     --out "$OUT/vracer_ppo_hopper_1m"
 # Their ablation (issue 64): ReF-ER's rules off, all else equal, appended step-based on the same seeds (a step-based
-# comparison does not depend on the day's machine speed); a V-RACER run took 2.1-2.4 h on one core here.
+# comparison does not depend on the day's machine speed); a V-RACER run took 2.1-2.4 h on one core here. The
+# runner appends only on the machine kind of the table (AMD EPYC x2): on the Intel Xeon kind a run would outlast a
+# 180-minute sitting (docs/results.md, V-RACER), so these two lines wait for an AMD sitting.
 python -m benchmarks run --algos "vracer[refer_rules=[]]" --env HalfCheetah-v5 --first-seed 100 --seeds 3 \
     "${STEPS_1M[@]}" --append --baseline ppo --out "$OUT/vracer_ppo_halfcheetah_1m"
 python -m benchmarks run --algos "vracer[refer_rules=[]]" --env Hopper-v5 --first-seed 100 --seeds 3 \
@@ -74,7 +76,8 @@ python -m benchmarks run --algos ppo ptr_ppo "ptr_ppo[replay_rounds=0]" --env At
 python -m benchmarks run --algos sac vracer --env HalfCheetah-v5 --first-seed 100 --seeds 3 --steps 10000000 \
     --max-seconds 1200 --eval-seconds 60 --eval-episodes 10 --out "$OUT/vracer_sac_halfcheetah_20min"
 # Its ablation (ReF-ER's rules off) on fresh seeds, SAC and V-RACER beside it in the same invocation (a wall-clock
-# ablation appended on another day would compare the days too); about 65 minutes alone per seed.
+# ablation appended on another day would compare the days too); about 70 minutes alone per seed, so it ran one seed
+# per invocation (--first-seed N --seeds 1, with --append from 201 on), seeds 200-201 on 2026-11-30 (Intel Xeon x2).
 python -m benchmarks run --algos sac vracer "vracer[refer_rules=[]]" --env HalfCheetah-v5 --first-seed 200 --seeds 3 \
     --order interleaved --steps 10000000 --max-seconds 1200 --eval-seconds 60 --eval-episodes 10 \
     --out "$OUT/vracer_sac_halfcheetah_20min_200"

@@ -1,6 +1,5 @@
 """IMPACT: importance-weighted asynchronous PPO with a clipped target network (Luo et al., ICLR 2020)."""
 
-import math
 from typing import Any, ClassVar, TypeVar
 
 import torch as th
@@ -61,7 +60,8 @@ class IMPACT(VTraceActorCritic):
         batch, one gradient step per draw, as in the paper)
     :param circular_buffer_size: N, the number of batches the learner cycles through
     :param max_batch_reuse: K, how many times (draws) each batch is used before it is replaced
-    :param target_worker_clip: rho >= 1 of the target-worker clipping (beta = 1 / rho in the paper)
+    :param target_worker_clip: rho >= 1 of the target-worker clipping (beta = 1 / rho in the paper); ``inf``
+        turns the clipping off, the paper's ablation R_1 = pi_theta / pi_target (figure 3a)
     :param clip_range: PPO clipping parameter epsilon, applied on top of the IMPACT ratio (appendix E)
     :param target_update_interval: batch draws between target-network updates (None: N * K)
     :param broadcast_interval: batch draws between weight broadcasts to the collector (which also gets the
@@ -141,8 +141,10 @@ class IMPACT(VTraceActorCritic):
         device: th.device | str = "auto",
         _init_setup_model: bool = True,
     ) -> None:
-        if not (target_worker_clip >= 1 and math.isfinite(target_worker_clip)):
-            raise ValueError(f"target_worker_clip must be a finite number >= 1, got {target_worker_clip}")
+        if not target_worker_clip >= 1:  # NaN fails too
+            raise ValueError(
+                f"target_worker_clip must be a number >= 1 (inf: no target-worker clipping), got {target_worker_clip}"
+            )
         _check_clip_range(clip_range)
         if target_update_interval is not None and target_update_interval < 1:
             raise ValueError(f"target_update_interval must be >= 1 or None, got {target_update_interval}")
