@@ -112,6 +112,11 @@ class Table:
             if not csv_path.is_file():
                 continue
             points = read_csv(csv_path)
+            if "algos" in entry:  # a table of some of the folder's algos (an ablation against its method)
+                absent = sorted(set(entry["algos"]) - {point.algo for point in points})
+                if absent:
+                    raise ProtocolError(f"table {self.name}: no runs of {absent} in {csv_path}")
+                points = [point for point in points if point.algo in entry["algos"]]
             records = read_run_records(self.folder, env)
             missing = sorted({(p.algo, p.seed) for p in points} - set(records))
             if missing:

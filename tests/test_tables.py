@@ -613,6 +613,30 @@ def test_an_unchanged_rows_ablation_on_fresh_seeds_is_read_from_its_own_table_on
         tables_main(root)
 
 
+def test_a_table_of_some_of_a_folders_algos_sets_a_method_against_a_second_ablation(tmp_path, monkeypatch):
+    """``algos`` keeps only those algos of the data folder: the method against an ablation that is not the README's,
+    with the ablation as the baseline; a name the folder has no runs of is refused."""
+    monkeypatch.setattr(statistics, "BOOTSTRAP_REPS", 100)
+    pair = ["impact", "impact[clip=inf]"]
+    root = repository(tmp_path, [entry("x", ["Env-v0"]), entry("x_clip", ["Env-v0"], data="data/x", algos=pair,
+                                                                 baseline="impact[clip=inf]")], [])  # fmt: skip
+    curves = {("ppo", seed): [0, 5, 10, 20, 30] for seed in (100, 101, 102)}
+    curves.update({("impact", seed): [0, 20, 30, 40, 50] for seed in (100, 101, 102)})
+    curves.update({("impact[clip=inf]", seed): [0, 20, 30, 35, 40 + seed - 100] for seed in (100, 101, 102)})
+    write_table(root / "data" / "x", "Env-v0", curves)
+    tables_main(root)
+    page = (root / "docs" / "results.md").read_text()
+    whole, pair_block = page.split("<!-- generated: x_clip -->")
+    assert "| `ppo` | 3 |" in whole and "P(better than ppo)" in whole
+    assert "| `ppo` |" not in pair_block and "P(better than impact[clip=inf])" in pair_block
+    assert "| `impact` | 3 | 50.0 [50.0, 50.0] |" in pair_block and "| 1.00 [1.00, 1.00] |" in pair_block
+    manifest = yaml.safe_load((root / "benchmarks" / "tables.yml").read_text())
+    manifest["tables"][1]["algos"] = ["impact", "impact[clip=0]"]
+    (root / "benchmarks" / "tables.yml").write_text(yaml.safe_dump(manifest))
+    with pytest.raises(SystemExit, match=r"no runs of \['impact\[clip=0\]'\]"):
+        tables_main(root)
+
+
 def test_a_search_is_read_by_its_declared_criterion_and_says_which_runs_it_lacks(tmp_path):
     search = {"name": "s", "page": "docs/results.md", "envs": ["Env-v0"], "data": ["data/s"], "budget": 4000,
               "last": 2, "drop": 10, "candidates": ["impact", "impact[ent_coef=0.01]"], "seeds": [0, 1],

@@ -77,7 +77,7 @@ python -m benchmarks run --algos sac vracer --env HalfCheetah-v5 --first-seed 10
     --max-seconds 1200 --eval-seconds 60 --eval-episodes 10 --out "$OUT/vracer_sac_halfcheetah_20min"
 # Its ablation (ReF-ER's rules off) on fresh seeds, SAC and V-RACER beside it in the same invocation (a wall-clock
 # ablation appended on another day would compare the days too); about 70 minutes alone per seed, so it ran one seed
-# per invocation (--first-seed N --seeds 1, with --append from 201 on), seeds 200-201 on 2026-11-30 (Intel Xeon x2).
+# per invocation (--first-seed N --seeds 1, with --append from 201 on), seeds 200-202 on 2026-11-30 (Intel Xeon x2).
 python -m benchmarks run --algos sac vracer "vracer[refer_rules=[]]" --env HalfCheetah-v5 --first-seed 200 --seeds 3 \
     --order interleaved --steps 10000000 --max-seconds 1200 --eval-seconds 60 --eval-episodes 10 \
     --out "$OUT/vracer_sac_halfcheetah_20min_200"
@@ -105,6 +105,12 @@ python -m benchmarks run --algos ppo impact "impact[collector=sync]" --env HalfC
 python -m benchmarks run --algos ppo "impact[ent_coef=0.01]" "impact[ent_coef=0.01,collector=sync]" --env HalfCheetah-v5 \
     --first-seed 300 --seeds 5 --order interleaved --steps 10000000 --max-seconds 600 --eval-seconds 30 \
     --eval-episodes 10 --out "$OUT/impact_ent_ppo_600s_300"
+# The target-worker clipping's ablation (the paper's R_1, target_worker_clip=inf; docs/algorithms/impact.md, Tuning
+# log), declared on 2026-11-30 and appended to the same seeds alone (about 55 minutes; 2026-11-30, forty-second
+# sitting, on the table's machine kind and software). Its table against the entry: impact_ent_clip_300.
+python -m benchmarks run --algos "impact[ent_coef=0.01,target_worker_clip=.inf]" --baseline ppo --env HalfCheetah-v5 \
+    --first-seed 300 --seeds 5 --order interleaved --steps 10000000 --max-seconds 600 --eval-seconds 30 \
+    --eval-episodes 10 --append --out "$OUT/impact_ent_ppo_600s_300"
 python -m benchmarks run --algos "$PPO_DEFAULTS" impact --env Hopper-v5 --first-seed 100 --seeds 3 --steps 10000000 \
     --max-seconds 600 --eval-seconds 30 --eval-episodes 10 --out "$OUT/impact_ppo_hopper_600s"
 # Its re-measurement after the entropy search (impact.yml, Hopper-v5), on fresh seeds, with the ablation beside it
