@@ -106,7 +106,7 @@ python -m benchmarks run --algos ppo "impact[ent_coef=0.01]" "impact[ent_coef=0.
     --first-seed 300 --seeds 5 --order interleaved --steps 10000000 --max-seconds 600 --eval-seconds 30 \
     --eval-episodes 10 --out "$OUT/impact_ent_ppo_600s_300"
 # The target-worker clipping's ablation (the paper's R_1, target_worker_clip=inf; docs/algorithms/impact.md, Tuning
-# log), declared on 2026-11-30 and appended to the same seeds alone (about 55 minutes; 2026-11-30, forty-second
+# log), declared on 2026-11-30 and appended to the same seeds alone (59 minutes on 2026-11-30, forty-second
 # sitting, on the table's machine kind and software). Its table against the entry: impact_ent_clip_300.
 python -m benchmarks run --algos "impact[ent_coef=0.01,target_worker_clip=.inf]" --baseline ppo --env HalfCheetah-v5 \
     --first-seed 300 --seeds 5 --order interleaved --steps 10000000 --max-seconds 600 --eval-seconds 30 \
