@@ -58,10 +58,9 @@ def impact_loss(
         advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
 
     # docs/guide/equations.md, IMPACT (IMPACT sec. 3.1): pi_theta / max(pi_target, pi_worker / rho), in log space;
-    # rho = inf: pi_theta / pi_target (the paper's ablation R_1, figure 3a)
-    log_denominator = targets.log_probs
-    if math.isfinite(target_worker_clip):
-        log_denominator = th.maximum(log_denominator, minibatch.behaviour_log_probs - math.log(target_worker_clip))
+    # rho = inf needs no branch: log(pi_worker) - inf = -inf, so the max is pi_target and the ratio the paper's
+    # ablation R_1 = pi_theta / pi_target (figure 3a)
+    log_denominator = th.maximum(targets.log_probs, minibatch.behaviour_log_probs - math.log(target_worker_clip))
     # docs/guide/equations.md, IMPACT (IMPACT app. E): PPO's epsilon-clip on top of that ratio
     policy_loss, ratio = clipped_surrogate(log_prob, log_denominator, advantages, clip_range)
     # docs/guide/equations.md, IMPACT (IMPACT Alg. 1, line 8): value regression towards the V-trace targets
