@@ -48,12 +48,18 @@ IN_PROCESS = {"run", "iteration_cost", "step_cost"}
 NEEDS = {"HalfCheetah": "mujoco", "Hopper": "mujoco", "Walker2d": "mujoco", "NoFrameskip": "ale_py", "ray_scaling": "ray"}
 
 
+def recipe_lines(recipe: Path) -> list[str]:
+    """The recipe's lines with continuations joined, comments left out."""
+    lines = recipe.read_text().replace("\\\n", " ").splitlines()
+    return [line for line in lines if not line.lstrip().startswith("#")]
+
+
 def first_command(recipe: Path) -> list[str]:
     """
-    The recipe's first ``python -m benchmarks`` line (continuations joined), as argv after ``-m benchmarks``, with
-    the recipe's bash arrays (``WALL=(...)``, used as ``"${WALL[@]}"``) expanded.
+    The recipe's first ``python -m benchmarks`` line, as argv after ``-m benchmarks``, with the recipe's bash arrays
+    (``WALL=(...)``, used as ``"${WALL[@]}"``) expanded.
     """
-    text = recipe.read_text().replace("\\\n", " ")
+    text = "\n".join(recipe_lines(recipe))
     for name, items in re.findall(r"^(\w+)=\((.*)\)$", text, flags=re.MULTILINE):
         text = text.replace(f'"${{{name}[@]}}"', items).replace(f"${{{name}[@]}}", items)
     for line in text.splitlines():
@@ -141,8 +147,7 @@ def test_recipe_first_line_runs_at_a_small_budget(recipe, tmp_path, monkeypatch,
 
 def written_folders(recipe: Path) -> list[str]:
     """The folders a recipe's commands write (``--out``), ``$OUT/`` left off; a shell variable (``$game``) stays."""
-    lines = recipe.read_text().replace("\\\n", " ").splitlines()
-    text = "\n".join(line for line in lines if not line.lstrip().startswith("#"))
+    text = "\n".join(recipe_lines(recipe))
     return [out.removeprefix("$OUT/") for out in re.findall(r'--out\s+"?([^"\s]+)', text)]
 
 

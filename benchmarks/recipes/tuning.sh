@@ -11,7 +11,7 @@ set -euo pipefail
 OUT=${OUT:-results/tuning}
 GRID_HOPPER=(--steps 2000000 --eval-freq 50000 --eval-episodes 10 --torch-threads 1)
 GRID_HALFCHEETAH=(--steps 1500000 --eval-freq 50000 --eval-episodes 10 --jobs 2 --torch-threads 1)
-GRID_WALKER=(--steps 1000000 --eval-freq 20000 --eval-episodes 10 --torch-threads 1)
+GRID_1M=(--steps 1000000 --eval-freq 20000 --eval-episodes 10 --torch-threads 1)
 GRID_ATARI=(--steps 160000 --eval-freq 20000 --eval-episodes 10 --torch-threads 1)
 
 # search-impact-hopper (docs/algorithms/impact.md): the paper's KL term against the entry, adaptive on seed 0 and
@@ -48,30 +48,36 @@ OMP_NUM_THREADS=1 python -m benchmarks run --algos "impala[collector=process,lea
 
 # search-ppo-amber-walker2d (docs/algorithms/ppo_amber.md): the entry and replay_length=1 side by side on seed 0, then
 # merged into one table; the eps_b grid (0.3, then lin_0.25) on seeds 0-1 and the entry on seed 1.
-python -m benchmarks run --algos ppo_amber --env Walker2d-v5 --first-seed 0 --seeds 1 "${GRID_WALKER[@]}" \
+python -m benchmarks run --algos ppo_amber --env Walker2d-v5 --first-seed 0 --seeds 1 "${GRID_1M[@]}" \
     --out "$OUT/ppo_amber_replay_length"
 python -m benchmarks run --algos "ppo_amber[replay_length=1]" --env Walker2d-v5 --first-seed 0 --seeds 1 \
-    "${GRID_WALKER[@]}" --out "$OUT/ppo_amber_replay_length_1"
+    "${GRID_1M[@]}" --out "$OUT/ppo_amber_replay_length_1"
 python -m benchmarks run --algos "ppo_amber[replay_length=1]" --env Walker2d-v5 --out "$OUT/ppo_amber_replay_length" \
     --merge "$OUT/ppo_amber_replay_length_1" --plot-diagnostics active_batches replay_ratio_min clip_fraction
 python -m benchmarks run --algos "ppo_amber[batch_drop_factor=0.3]" --env Walker2d-v5 --first-seed 0 --seeds 1 \
-    "${GRID_WALKER[@]}" --plot-diagnostics active_batches replay_ratio_mean clip_fraction std \
+    "${GRID_1M[@]}" --plot-diagnostics active_batches replay_ratio_mean clip_fraction std \
     --out "$OUT/ppo_amber_eps_b"
-python -m benchmarks run --algos ppo_amber --env Walker2d-v5 --first-seed 1 --seeds 1 "${GRID_WALKER[@]}" \
+python -m benchmarks run --algos ppo_amber --env Walker2d-v5 --first-seed 1 --seeds 1 "${GRID_1M[@]}" \
     --out "$OUT/ppo_amber_entry_seed1"
 python -m benchmarks run --algos "ppo_amber[batch_drop_factor=lin_0.25]" --env Walker2d-v5 --first-seed 0 --seeds 1 \
-    "${GRID_WALKER[@]}" --out "$OUT/ppo_amber_eps_b_lin"
+    "${GRID_1M[@]}" --out "$OUT/ppo_amber_eps_b_lin"
 python -m benchmarks run --algos "ppo_amber[batch_drop_factor=0.3]" --env Walker2d-v5 --first-seed 1 --seeds 1 \
-    "${GRID_WALKER[@]}" --append --out "$OUT/ppo_amber_eps_b"
+    "${GRID_1M[@]}" --append --out "$OUT/ppo_amber_eps_b"
 python -m benchmarks run --algos "ppo_amber[batch_drop_factor=lin_0.25]" --env Walker2d-v5 --first-seed 1 --seeds 1 \
-    "${GRID_WALKER[@]}" --append --out "$OUT/ppo_amber_eps_b_lin"
+    "${GRID_1M[@]}" --append --out "$OUT/ppo_amber_eps_b_lin"
 
 # search-ppo-amber-walker2d-clip (docs/algorithms/ppo_amber.md): clip 0.1 against the eps_b search's winner, a folder
 # per seed.
 python -m benchmarks run --algos "ppo_amber[clip_range=0.1]" --env Walker2d-v5 --first-seed 0 --seeds 1 \
-    "${GRID_WALKER[@]}" --jobs 1 --out "$OUT/ppo_amber_clip"
+    "${GRID_1M[@]}" --jobs 1 --out "$OUT/ppo_amber_clip"
 python -m benchmarks run --algos "ppo_amber[clip_range=0.1]" --env Walker2d-v5 --first-seed 1 --seeds 1 \
-    "${GRID_WALKER[@]}" --jobs 1 --out "$OUT/ppo_amber_clip_seed1"
+    "${GRID_1M[@]}" --jobs 1 --out "$OUT/ppo_amber_clip_seed1"
+
+# search-ppo-amber-halfcheetah (docs/algorithms/ppo_amber.md): the Walker2d-v5 eps_b grid on HalfCheetah-v5, its
+# three candidates on seeds 0-1 in one invocation, two runs at a time.
+python -m benchmarks run --algos ppo_amber "ppo_amber[batch_drop_factor=0.3]" "ppo_amber[batch_drop_factor=lin_0.25]" \
+    --env HalfCheetah-v5 --first-seed 0 --seeds 2 "${GRID_1M[@]}" --jobs 2 --order interleaved \
+    --plot-diagnostics active_batches replay_ratio_min clip_fraction --out "$OUT/ppo_amber_halfcheetah_eps_b"
 
 # search-ptr-ppo-atari (docs/algorithms/ptr_ppo.md): ent_coef 0.01 and the entry at 160k steps, a folder per game:
 # ent_coef 0.01 on seed 0 of UpNDown (where the entry collapsed), Qbert and Breakout; the entry on UpNDown, seeds
