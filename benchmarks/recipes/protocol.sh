@@ -53,6 +53,18 @@ python -m benchmarks run --algos ppo ppo_amber "ppo_amber[replay_length=1]" --en
 python -m benchmarks run --algos ppo ppo_amber "ppo_amber[replay_length=1]" --env Walker2d-v5 --first-seed 300 \
     --seeds 5 --order interleaved "${STEPS_1M[@]}" --out "$OUT/ppo_amber_ppo_walker2d_1m_300"
 
+# PPO-AMBER's steps to PPO's return on Pendulum-v1, at the yml budget of both (100k steps, step-based), its ablation
+# (replay off, all else equal) beside them in the same invocation.
+python -m benchmarks run --algos ppo ppo_amber "ppo_amber[replay_length=1]" --env Pendulum-v1 --first-seed 100 --seeds 3 \
+    --steps 100000 --eval-freq 5000 --eval-episodes 10 --jobs 2 --torch-threads 1 --order interleaved \
+    --plot-diagnostics active_batches replay_ratio_min clip_fraction --out "$OUT/ppo_amber_ppo_pendulum"
+
+# SACReFER against SB3 SAC on HalfCheetah-v5 at 100k steps (step-based), its ablation (ReF-ER's rules off: SAC's
+# replay in the same class) beside them in the same invocation.
+python -m benchmarks run --algos sac sac_refer "sac_refer[refer_rules=[]]" --env HalfCheetah-v5 --first-seed 100 \
+    --seeds 3 --steps 100000 --eval-freq 5000 --eval-episodes 10 --jobs 2 --torch-threads 1 --order interleaved \
+    --plot-diagnostics beta far_fraction ent_coef --out "$OUT/sac_refer_sac_100k"
+
 # PTR-PPO's steps to PPO's return on CartPole-v1, at the yml budget of both (100k steps, step-based).
 python -m benchmarks run --algos ppo ptr_ppo --env CartPole-v1 --first-seed 100 --seeds 3 --steps 100000 \
     --eval-freq 5000 --eval-episodes 10 --jobs 1 --torch-threads 1 --out "$OUT/ptr_ppo_ppo_cartpole"

@@ -78,6 +78,12 @@ python -m benchmarks run --algos "ppo_amber[clip_range=0.1]" --env Walker2d-v5 -
 python -m benchmarks run --algos ppo_amber "ppo_amber[batch_drop_factor=0.3]" "ppo_amber[batch_drop_factor=lin_0.25]" \
     --env HalfCheetah-v5 --first-seed 0 --seeds 2 "${GRID_1M[@]}" --jobs 2 --order interleaved \
     --plot-diagnostics active_batches replay_ratio_min clip_fraction --out "$OUT/ppo_amber_halfcheetah_eps_b"
+# search-ppo-amber-pendulum (docs/algorithms/ppo_amber.md): the entry against annealing its learning rate (and its
+# clip range) and against PPO's rollout length, 100k steps, seeds 0-2 in one invocation, two runs at a time.
+python -m benchmarks run --algos ppo_amber "ppo_amber[learning_rate=lin_1e-3]" \
+    "ppo_amber[learning_rate=lin_1e-3,clip_range=lin_0.2]" "ppo_amber[n_steps=1024]" --env Pendulum-v1 --first-seed 0 \
+    --seeds 3 --steps 100000 --eval-freq 5000 --eval-episodes 10 --jobs 2 --torch-threads 1 --order interleaved \
+    --plot-diagnostics active_batches approx_kl std --out "$OUT/ppo_amber_pendulum_anneal"
 
 # search-ptr-ppo-atari (docs/algorithms/ptr_ppo.md): ent_coef 0.01 and the entry at 160k steps, a folder per game:
 # ent_coef 0.01 on seed 0 of UpNDown (where the entry collapsed), Qbert and Breakout; the entry on UpNDown, seeds
