@@ -58,6 +58,10 @@ python -m benchmarks run --algos ppo ppo_amber "ppo_amber[replay_length=1]" --en
 python -m benchmarks run --algos ppo ppo_amber "ppo_amber[replay_length=1]" --env Pendulum-v1 --first-seed 100 --seeds 3 \
     --steps 100000 --eval-freq 5000 --eval-episodes 10 --jobs 2 --torch-threads 1 --order interleaved \
     --plot-diagnostics active_batches replay_ratio_min clip_fraction --out "$OUT/ppo_amber_ppo_pendulum"
+# The entry after its search (ppo_amber.yml: lr and clip annealed) on fresh seeds, PPO and the ablation beside it.
+python -m benchmarks run --algos ppo ppo_amber "ppo_amber[replay_length=1]" --env Pendulum-v1 --first-seed 200 --seeds 5 \
+    --steps 100000 --eval-freq 5000 --eval-episodes 10 --jobs 2 --torch-threads 1 --order interleaved \
+    --plot-diagnostics active_batches approx_kl std --out "$OUT/ppo_amber_ppo_pendulum_200"
 
 # SACReFER against SB3 SAC on HalfCheetah-v5 at 100k steps (step-based), its ablation (ReF-ER's rules off: SAC's
 # replay in the same class) beside them in the same invocation.
