@@ -12,6 +12,7 @@ point, joined to ``ENV.csv`` by algo, seed and steps); ``python -m benchmarks ru
 (also with ``--summarize``) draws ``ENV_diagnostics.png``: the return curve with one panel per key under it.
 """
 
+import warnings
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -139,10 +140,23 @@ def plot_diagnostics(out: Path, env_id: str, points: list[EvalPoint], names: lis
     """
     ``OUT/ENV_diagnostics.png``: the evaluation return against env steps, and under it one panel per diagnostic in
     ``names`` (a logged key or its last part). Nothing where the runs stored no diagnostics.
+
+    The figure is drawn again after every finished run, so a name that the runs finished so far did not log (a key
+    only another algo of the invocation logs, or a typo) or that is ambiguous gets a warning naming what they logged,
+    and the figure has the other panels: a figure never ends an invocation whose runs are still going
+    (``--summarize`` draws it again from the stored runs).
     """
     rows = read_records(out, env_id, DIAGNOSTICS)
     if rows.empty or not names:
         return None
+    keys = []
+    for name in names:
+        try:
+            keys.append(logged_key(rows, name))
+        except ValueError as error:
+            warnings.warn(f"{env_id}_diagnostics.png has no panel for {error}", stacklevel=2)
+    if not keys:
+        return None
     path = out / f"{env_id}_diagnostics.png"
-    plot_panels(points, rows, [logged_key(rows, name) for name in names], path, env_id)
+    plot_panels(points, rows, keys, path, env_id)
     return path

@@ -1,6 +1,7 @@
 """Every benchmark run stores its diagnostics at each evaluation point (benchmarks/diagnostics.py)."""
 
 import csv
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -10,7 +11,7 @@ from stable_baselines3 import PPO, SAC, TD3
 
 from benchmarks import run as run_module
 from benchmarks.diagnostics import action_mean_abs, diagnostics_path, logged_key, plot_diagnostics
-from benchmarks.output import read_csv
+from benchmarks.output import EvalPoint, read_csv, write_rows
 from sb3_impact import VRACER
 
 
@@ -86,3 +87,27 @@ def test_a_diagnostic_is_named_by_its_key_or_its_last_part(tmp_path):
     with pytest.raises(ValueError, match="'clip_fraction': none; the runs logged"):
         logged_key(rows, "clip_fraction")
     assert plot_diagnostics(tmp_path, "Env-v0", [], ["entropy_loss"]) is None  # no stored diagnostics: no figure
+
+
+def test_a_diagnostic_that_only_some_runs_log_warns_and_keeps_the_invocation_going(tmp_path):
+    """SAC's run ends first and logs no ``beta``: the figure warns and draws what is logged; SACReFER's run adds it."""
+
+    def finish(algo, logged):
+        rows = [
+            dict(algo=algo, seed=100, steps=steps, **{k: v[n] for k, v in logged.items()}) for n, steps in enumerate((0, 10))
+        ]
+        write_rows(diagnostics_path(tmp_path, "Env-v0", algo, 100), rows)
+        return [EvalPoint(algo, "Env-v0", 100, steps, 0.0, -1.0, 0.0) for steps in (0, 10)]
+
+    points = finish("sac", {"train/ent_coef": [0.5, 0.2]})
+    with pytest.warns(UserWarning, match="no panel for diagnostic 'beta': none; the runs logged .*train/ent_coef"):
+        path = plot_diagnostics(tmp_path, "Env-v0", points, ["beta", "ent_coef"])
+    assert path == tmp_path / "Env-v0_diagnostics.png" and path.is_file()  # ent_coef's panel
+    path.unlink()
+    with pytest.warns(UserWarning, match="'beta'"):
+        assert plot_diagnostics(tmp_path, "Env-v0", points, ["beta"]) is None  # no panel at all: no figure
+    assert not path.exists()
+    points += finish("sac_refer", {"train/ent_coef": [0.5, 0.3], "train/beta": [1.0, 0.9]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert plot_diagnostics(tmp_path, "Env-v0", points, ["beta", "ent_coef"]) == path and path.is_file()
