@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch as th
 from gymnasium import spaces
+from stable_baselines3 import SAC
 from stable_baselines3.common.distributions import SquashedDiagGaussianDistribution
 from stable_baselines3.common.noise import NormalActionNoise, OrnsteinUhlenbeckActionNoise
 from stable_baselines3.common.vec_env import DummyVecEnv
@@ -247,3 +248,24 @@ def test_non_finite_data_from_an_env_raises_naming_the_env(algo, what):
     model = algo("MlpPolicy", env, learning_starts=10, batch_size=8, seed=0)
     with pytest.raises(ValueError, match="environment index 1 returned a NaN or infinite"):
         model.learn(200)
+
+
+def test_no_rules_is_sb3s_sac():
+    """
+    ``refer_rules=()``, the ablation of the benchmarks' tables, trains as SB3's SAC does: the same weights. (TD3ReFER
+    differs from TD3 without the rules: it explores with the paper's Gaussian where TD3 has no noise.)
+    """
+    kwargs = dict(learning_starts=50, batch_size=32, buffer_size=1000, seed=0, learner_threads=1)
+    ablation = SACReFER("MlpPolicy", "Pendulum-v1", refer_rules=(), **kwargs).learn(300)
+    kwargs.pop("learner_threads")
+    threads = th.get_num_threads()
+    th.set_num_threads(1)
+    try:
+        reference = SAC("MlpPolicy", "Pendulum-v1", **kwargs).learn(300)
+    finally:
+        th.set_num_threads(threads)
+    assert ablation.logger.name_to_value["train/beta"] == 1.0  # rule 2 off: no penalty
+    ours, theirs = ablation.policy.state_dict(), reference.policy.state_dict()
+    assert ours.keys() == theirs.keys()
+    for key in ours:
+        th.testing.assert_close(ours[key], theirs[key], rtol=1e-5, atol=1e-6, msg=key)

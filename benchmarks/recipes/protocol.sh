@@ -54,7 +54,9 @@ python -m benchmarks run --algos ppo ppo_amber "ppo_amber[replay_length=1]" --en
     --seeds 5 --order interleaved "${STEPS_1M[@]}" --out "$OUT/ppo_amber_ppo_walker2d_1m_300"
 
 # PPO-AMBER's steps to PPO's return on Pendulum-v1, at the yml budget of both (100k steps, step-based), its ablation
-# (replay off, all else equal) beside them in the same invocation.
+# (replay off, all else equal) beside them in the same invocation. Seeds 100-102 ran with the entry before its search
+# (a constant learning rate 1e-3 and clip range 0.2, at 9de4a90); ppo_amber.yml now anneals both, so this line as
+# written runs the new entry.
 python -m benchmarks run --algos ppo ppo_amber "ppo_amber[replay_length=1]" --env Pendulum-v1 --first-seed 100 --seeds 3 \
     --steps 100000 --eval-freq 5000 --eval-episodes 10 --jobs 2 --torch-threads 1 --order interleaved \
     --plot-diagnostics active_batches replay_ratio_min clip_fraction --out "$OUT/ppo_amber_ppo_pendulum"
@@ -68,6 +70,11 @@ python -m benchmarks run --algos ppo ppo_amber "ppo_amber[replay_length=1]" --en
 python -m benchmarks run --algos sac sac_refer "sac_refer[refer_rules=[]]" --env HalfCheetah-v5 --first-seed 100 \
     --seeds 3 --steps 100000 --eval-freq 5000 --eval-episodes 10 --jobs 2 --torch-threads 1 --order interleaved \
     --plot-diagnostics beta far_fraction ent_coef --out "$OUT/sac_refer_sac_100k"
+# That line stopped after its first run (SAC, seed 100) on a --plot-diagnostics fault since fixed (2026-11-30); the
+# other two runs of seed 100 were appended, and later seeds are appended the same way (--first-seed N --seeds K).
+python -m benchmarks run --algos sac_refer "sac_refer[refer_rules=[]]" --env HalfCheetah-v5 --first-seed 100 --seeds 1 \
+    --steps 100000 --eval-freq 5000 --eval-episodes 10 --jobs 2 --torch-threads 1 --order interleaved --append \
+    --baseline sac --plot-diagnostics beta far_fraction ent_coef --out "$OUT/sac_refer_sac_100k"
 
 # PTR-PPO's steps to PPO's return on CartPole-v1, at the yml budget of both (100k steps, step-based).
 python -m benchmarks run --algos ppo ptr_ppo --env CartPole-v1 --first-seed 100 --seeds 3 --steps 100000 \
