@@ -86,10 +86,13 @@ python -m benchmarks run --algos ppo_amber "ppo_amber[learning_rate=lin_1e-3]" \
     --plot-diagnostics active_batches approx_kl std --out "$OUT/ppo_amber_pendulum_anneal"
 # search-ppo-amber-hopper (docs/algorithms/ppo_amber.md): the Hopper-v5 entry (SB3's PPO defaults with VecNormalize,
 # L = 4, eps_b lin_0.25) against L = 8 and L = 1 (replay off), 1M steps, tuning seeds 0-1, two runs at a time; a folder
-# per sitting (the runner appends only on the machine kind a folder began on): seed 0's L = 4 and L = 1 first.
+# per invocation (the runner appends only on the machine kind a folder began on): seed 0's L = 4 and L = 1, and beside
+# them seed 0's L = 8.
 python -m benchmarks run --algos ppo_amber "ppo_amber[replay_length=1]" --env Hopper-v5 --first-seed 0 --seeds 1 \
     "${GRID_1M[@]}" --jobs 2 --order interleaved --plot-diagnostics active_batches replay_ratio_min std \
     --out "$OUT/ppo_amber_hopper_replay_length"
+python -m benchmarks run --algos "ppo_amber[replay_length=8]" --env Hopper-v5 --first-seed 0 --seeds 1 "${GRID_1M[@]}" \
+    --plot-diagnostics active_batches replay_ratio_min std --out "$OUT/ppo_amber_hopper_replay_length_8"
 
 # search-ptr-ppo-atari (docs/algorithms/ptr_ppo.md): ent_coef 0.01 and the entry at 160k steps, a folder per game:
 # ent_coef 0.01 on seed 0 of UpNDown (where the entry collapsed), Qbert and Breakout; the entry on UpNDown, seeds
