@@ -93,6 +93,9 @@ python -m benchmarks run --algos ppo_amber "ppo_amber[replay_length=1]" --env Ho
     --out "$OUT/ppo_amber_hopper_replay_length"
 python -m benchmarks run --algos "ppo_amber[replay_length=8]" --env Hopper-v5 --first-seed 0 --seeds 1 "${GRID_1M[@]}" \
     --plot-diagnostics active_batches replay_ratio_min std --out "$OUT/ppo_amber_hopper_replay_length_8"
+# Then seed 1, a folder per invocation: the entry's run (2026-11-30), then L = 8 and L = 1 (a later sitting).
+python -m benchmarks run --algos ppo_amber --env Hopper-v5 --first-seed 1 --seeds 1 "${GRID_1M[@]}" \
+    --plot-diagnostics active_batches replay_ratio_min std --out "$OUT/ppo_amber_hopper_seed1"
 
 # search-ptr-ppo-atari (docs/algorithms/ptr_ppo.md): ent_coef 0.01 and the entry at 160k steps, a folder per game:
 # ent_coef 0.01 on seed 0 of UpNDown (where the entry collapsed), Qbert and Breakout; the entry on UpNDown, seeds
