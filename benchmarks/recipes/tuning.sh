@@ -87,15 +87,20 @@ python -m benchmarks run --algos ppo_amber "ppo_amber[learning_rate=lin_1e-3]" \
 # search-ppo-amber-hopper (docs/algorithms/ppo_amber.md): the Hopper-v5 entry (SB3's PPO defaults with VecNormalize,
 # L = 4, eps_b lin_0.25) against L = 8 and L = 1 (replay off), 1M steps, tuning seeds 0-1, two runs at a time; a folder
 # per invocation (the runner appends only on the machine kind a folder began on): seed 0's L = 4 and L = 1, and beside
-# them seed 0's L = 8.
+# them seed 0's L = 8. `ppo_amber` in these lines is the entry as it was then (L = 4, commit 788fb01); the search moved
+# the entry to L = 8, so today the same runs take `ppo_amber[replay_length=4]` in its place.
 python -m benchmarks run --algos ppo_amber "ppo_amber[replay_length=1]" --env Hopper-v5 --first-seed 0 --seeds 1 \
     "${GRID_1M[@]}" --jobs 2 --order interleaved --plot-diagnostics active_batches replay_ratio_min std \
     --out "$OUT/ppo_amber_hopper_replay_length"
 python -m benchmarks run --algos "ppo_amber[replay_length=8]" --env Hopper-v5 --first-seed 0 --seeds 1 "${GRID_1M[@]}" \
     --plot-diagnostics active_batches replay_ratio_min std --out "$OUT/ppo_amber_hopper_replay_length_8"
-# Then seed 1, a folder per invocation: the entry's run (2026-11-30), then L = 8 and L = 1 (a later sitting).
+# Then seed 1, a folder per invocation: the entry's run (2026-11-30, forty-fifth sitting), then L = 8 and L = 1
+# (forty-sixth sitting).
 python -m benchmarks run --algos ppo_amber --env Hopper-v5 --first-seed 1 --seeds 1 "${GRID_1M[@]}" \
     --plot-diagnostics active_batches replay_ratio_min std --out "$OUT/ppo_amber_hopper_seed1"
+python -m benchmarks run --algos "ppo_amber[replay_length=8]" "ppo_amber[replay_length=1]" --env Hopper-v5 \
+    --first-seed 1 --seeds 1 "${GRID_1M[@]}" --jobs 2 --order interleaved \
+    --plot-diagnostics active_batches replay_ratio_min std --out "$OUT/ppo_amber_hopper_seed1_rest"
 
 # search-ptr-ppo-atari (docs/algorithms/ptr_ppo.md): ent_coef 0.01 and the entry at 160k steps, a folder per game:
 # ent_coef 0.01 on seed 0 of UpNDown (where the entry collapsed), Qbert and Breakout; the entry on UpNDown, seeds
