@@ -52,6 +52,12 @@ python -m benchmarks run --algos ppo ppo_amber "ppo_amber[replay_length=1]" --en
     --seeds 1 --order interleaved "${STEPS_1M[@]}" --out "$OUT/ppo_amber_ppo_walker2d_1m_200"
 python -m benchmarks run --algos ppo ppo_amber "ppo_amber[replay_length=1]" --env Walker2d-v5 --first-seed 300 \
     --seeds 5 --order interleaved "${STEPS_1M[@]}" --out "$OUT/ppo_amber_ppo_walker2d_1m_300"
+# The Hopper-v5 row: the entry chosen by its search over L (ppo_amber.yml: the baseline's PPO plus L = 8 and eps_b
+# lin_0.25) beside that PPO and the ablation (replay off), seeds 100-102 in one invocation; it ran with --jobs 2
+# (2026-11-30), which only sets how many runs go at once.
+python -m benchmarks run --algos "$PPO_DEFAULTS" ppo_amber "ppo_amber[replay_length=1]" --env Hopper-v5 \
+    --first-seed 100 --seeds 3 --order interleaved "${STEPS_1M[@]}" \
+    --plot-diagnostics active_batches replay_ratio_min std --out "$OUT/ppo_amber_ppo_hopper_1m"
 
 # PPO-AMBER's steps to PPO's return on Pendulum-v1, at the yml budget of both (100k steps, step-based), its ablation
 # (replay off, all else equal) beside them in the same invocation. Seeds 100-102 ran with the entry before its search
