@@ -122,3 +122,9 @@ for game in QbertNoFrameskip-v4 BreakoutNoFrameskip-v4; do
     python -m benchmarks run --algos "ptr_ppo[ent_coef=0.01]" --env "$game" --first-seed 1 --seeds 1 \
         "${GRID_ATARI[@]}" --append --out "$OUT/ptr_ppo_ent_coef_160k/$game"
 done
+# search-sac-refer-rules (docs/algorithms/sac_refer.md, "Which rule costs the return?"): a diagnosis, not a search
+# for an entry: the entry (both rules), each rule alone, and SAC, HalfCheetah-v5 at the row's budget and grid (100k
+# steps, 10 episodes every 5k), tuning seeds 0-1, one invocation, two at a time.
+python -m benchmarks run --algos sac sac_refer "sac_refer[refer_rules=[1]]" "sac_refer[refer_rules=[2]]" \
+    --env HalfCheetah-v5 --first-seed 0 --seeds 2 --steps 100000 --eval-freq 5000 --eval-episodes 10 --jobs 2 \
+    --torch-threads 1 --order interleaved --plot-diagnostics beta far_fraction ent_coef --out "$OUT/sac_refer_rules"
