@@ -128,3 +128,10 @@ done
 python -m benchmarks run --algos sac sac_refer "sac_refer[refer_rules=[1]]" "sac_refer[refer_rules=[2]]" \
     --env HalfCheetah-v5 --first-seed 0 --seeds 2 --steps 100000 --eval-freq 5000 --eval-episodes 10 --jobs 2 \
     --torch-threads 1 --order interleaved --plot-diagnostics beta far_fraction ent_coef --out "$OUT/sac_refer_rules"
+# search-ppo-amber-hopper-anneal (docs/algorithms/ppo_amber.md, "can replay stop costing the first 300k steps?"):
+# the clip range annealed with its own replay_length=1 ablation, and eps_b lin_0.1 (its ablation is the search
+# above's replay_length=1), Hopper-v5, 1M steps, tuning seeds 0-1, two at a time, a folder per invocation. Seed 0 of
+# the clip pair ran first (2026-12-01, forty-seventh sitting).
+python -m benchmarks run --algos "ppo_amber[clip_range=lin_0.2]" "ppo_amber[clip_range=lin_0.2,replay_length=1]" \
+    --env Hopper-v5 --first-seed 0 --seeds 1 "${GRID_1M[@]}" --jobs 2 --order interleaved \
+    --plot-diagnostics active_batches replay_ratio_min std --out "$OUT/ppo_amber_hopper_clip_lin"
