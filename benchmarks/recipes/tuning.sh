@@ -135,3 +135,15 @@ python -m benchmarks run --algos sac sac_refer "sac_refer[refer_rules=[1]]" "sac
 python -m benchmarks run --algos "ppo_amber[clip_range=lin_0.2]" "ppo_amber[clip_range=lin_0.2,replay_length=1]" \
     --env Hopper-v5 --first-seed 0 --seeds 1 "${GRID_1M[@]}" --jobs 2 --order interleaved \
     --plot-diagnostics active_batches replay_ratio_min std --out "$OUT/ppo_amber_hopper_clip_lin"
+python -m benchmarks run --algos "ppo_amber[clip_range=lin_0.2]" "ppo_amber[clip_range=lin_0.2,replay_length=1]" \
+    --env Hopper-v5 --first-seed 1 --seeds 1 "${GRID_1M[@]}" --jobs 2 --order interleaved \
+    --plot-diagnostics active_batches replay_ratio_min std --out "$OUT/ppo_amber_hopper_clip_lin_seed1"
+python -m benchmarks run --algos "ppo_amber[batch_drop_factor=lin_0.1]" \
+    --env Hopper-v5 --first-seed 0 --seeds 2 "${GRID_1M[@]}" --jobs 2 --order interleaved \
+    --plot-diagnostics active_batches replay_ratio_min std --out "$OUT/ppo_amber_hopper_eps_b_lin01"
+# search-sac-refer-d (docs/algorithms/sac_refer.md, "Does a weaker or stronger rule-2 penalty recover SAC's
+# return?"): D at the paper's 0.1, 0.3 and 0.5 with the entry's C = 10, at the rules experiment's budget and grid;
+# the entry (D = 0.2) and SAC are that experiment's runs.
+python -m benchmarks run --algos "sac_refer[refer_d=0.1]" "sac_refer[refer_d=0.3]" "sac_refer[refer_d=0.5]" \
+    --env HalfCheetah-v5 --first-seed 0 --seeds 2 --steps 100000 --eval-freq 5000 --eval-episodes 10 --jobs 2 \
+    --torch-threads 1 --order interleaved --plot-diagnostics beta far_fraction ent_coef --out "$OUT/sac_refer_d"
