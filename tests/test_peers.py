@@ -173,9 +173,17 @@ def read_rows(path: Path) -> list[dict]:
         return list(csv.DictReader(file))
 
 
-def short_peer_run(tmp_path: Path, algo: str, env: str, max_seconds: int, eval_seconds: int, eval_episodes: int) -> list:
-    """One seed (100) of ``algo`` on ``env`` through ``python -m benchmarks run``; its points, every one finished."""
+def short_peer_run(
+    tmp_path: Path, algo: str, env: str, max_seconds: int, eval_seconds: int, eval_episodes: int, steps: int = 0
+) -> list:
+    """
+    One seed (100) of ``algo`` on ``env`` through ``python -m benchmarks run``; its points, every one finished. With
+    ``steps``, the run ends at that many sampled steps, ``max_seconds`` only catching a run that does not get there:
+    a peer's first iterations may sample nothing while its processes start (a cold start, a busy machine), so a
+    test that needs steps asks for them rather than for seconds.
+    """
     budget = ["--max-seconds", str(max_seconds), "--eval-seconds", str(eval_seconds), "--eval-episodes", str(eval_episodes)]
+    budget += ["--steps", str(steps)] if steps else []
     run_module.main(["--algos", algo, "--env", env, "--seeds", "1", "--first-seed", "100", *budget, "--out", str(tmp_path)])
     points = read_csv(tmp_path / f"{env}.csv")
     assert all(point.status == "ok" for point in points), points[-1].error
@@ -322,8 +330,9 @@ def test_rllib_impala_runs_under_the_protocol(tmp_path):
     The real peer, where its environment exists: a short IMPALA run on CartPole-v1 gives its grid of points, and
     RLlib's metrics at each of them.
     """
-    points = short_peer_run(tmp_path, "rllib_impala", "CartPole-v1", max_seconds=15, eval_seconds=5, eval_episodes=2)
-    assert points[0].steps == 0 and points[-1].wall_seconds >= 15 and len(points) >= 4
+    points = short_peer_run(tmp_path, "rllib_impala", "CartPole-v1", 240, eval_seconds=2, eval_episodes=2, steps=4000)
+    assert points[0].steps == 0 and points[-1].steps >= 4000 and points[-1].wall_seconds < 240 and len(points) >= 3
+    assert all(point.wall_seconds >= 2 * index for index, point in enumerate(points[:-1]))  # the grid: every 2 s
     rows = read_rows(diagnostics_path(tmp_path, "CartPole-v1", "rllib_impala", 100))
     assert [int(row["steps"]) for row in rows] == [point.steps for point in points]
     last = rows[-1]
@@ -337,7 +346,8 @@ def test_rllib_impala_runs_under_the_protocol(tmp_path):
 @pytest.mark.timeout(300)
 def test_rllib_appo_refreshes_its_target_and_is_evaluated_through_its_observation_filter(tmp_path):
     """APPO's HalfCheetah-v5 settings run: target refreshes counted, the MeanStdFilter's statistics in evaluation."""
-    points = short_peer_run(tmp_path, "rllib_appo", "HalfCheetah-v5", max_seconds=40, eval_seconds=40, eval_episodes=1)
+    points = short_peer_run(tmp_path, "rllib_appo", "HalfCheetah-v5", 240, eval_seconds=240, eval_episodes=1, steps=30000)
+    assert points[-1].steps >= 30000 and points[-1].wall_seconds < 240  # 58 batches of 512 sampled
     last = read_rows(diagnostics_path(tmp_path, "HalfCheetah-v5", "rllib_appo", 100))[-1]
     assert int(last["counted/num_target_updates"]) >= 1 and int(last["counted/dropped_draws"]) >= 0
     assert int(last["counted/draws"]) > int(last["counted/batches"]) > 0  # a batch is drawn up to K = 10 times
