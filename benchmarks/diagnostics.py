@@ -5,7 +5,8 @@ the previous point (each the mean over the values dumped in between and those re
 counted once: entropy, approximate KL, clip fraction, learning rate, value loss, PPO-AMBER's active batches,
 PTR-PPO's replay share and importance ratios, ...), and, for ``Box`` actions, ``action_mean_abs``: the mean over the
 evaluation's observations and the action's dimensions of ``|mu(s)|``, the policy's Gaussian mean before any
-clipping or squashing (a mean that drifts out of the action box shows here, where clipped actions cannot show it).
+clipping or squashing (a mean that drifts out of the action box shows here, where clipped actions cannot show it),
+and ``action_log_std``: the mean of its ``log sigma(s)`` (a policy that collapses, or is held wide, shows here).
 
 Each run writes ``OUT/records/ENV/diagnostics/ALGO_seedN.csv`` (``benchmarks/recorders.py``: one row per evaluation
 point, joined to ``ENV.csv`` by algo, seed and steps); ``python -m benchmarks run ... --plot-diagnostics KEY ...``
@@ -29,7 +30,7 @@ from benchmarks.plot import plot_panels
 from benchmarks.recorders import DIAGNOSTICS, ROW_KEYS, Recorder, read_records, record_path
 
 LOGGED_PREFIXES = ("train/", "rollout/", "collector/")
-MAX_OBSERVATIONS = 4096  # of an evaluation, for action_mean_abs
+MAX_OBSERVATIONS = 4096  # of an evaluation, for action_mean_abs and action_log_std
 
 
 class LoggedValues(KVWriter):
@@ -67,31 +68,48 @@ class LoggedValues(KVWriter):
         """Nothing to release."""
 
 
-def action_mean_abs(policy: Any, observations: np.ndarray) -> float:
+def action_gaussian(policy: Any, observations: np.ndarray) -> tuple[th.Tensor, th.Tensor | None] | None:
     """
-    Mean ``|mu(s)|`` over ``observations`` and the action's dimensions: the Gaussian mean of SB3's actor-critic
-    policies, of SAC's actor (before tanh), TD3's deterministic action (scaled to [-1, 1]) or V-RACER's. NaN for a
-    policy whose mean needs more than the observation (a recurrent policy's hidden state).
+    ``(mean, log_std)`` of the policy's action distribution over ``observations``, before any clipping or squashing:
+    the Gaussian of SB3's actor-critic policies, of SAC's actor (before tanh) or V-RACER's; TD3's deterministic
+    action (scaled to [-1, 1]) with no ``log_std``. None for a policy whose Gaussian needs more than the observation
+    (a recurrent policy's hidden state) or that has none.
     """
     if policy.__class__.__name__.startswith("Recurrent") or "Lstm" in policy.__class__.__name__:
-        return float("nan")
+        return None
     with th.no_grad():
         obs_tensor, _ = policy.obs_to_tensor(observations)
         if isinstance(policy, ActorCriticPolicy):
-            mean = policy.get_distribution(obs_tensor).distribution.mean
-        elif hasattr(policy, "forward_parts"):  # V-RACER
-            mean = policy.forward_parts(obs_tensor)[0]
-        elif hasattr(policy, "actor") and hasattr(policy.actor, "get_action_dist_params"):  # SAC
-            mean = policy.actor.get_action_dist_params(obs_tensor)[0]
-        elif hasattr(policy, "actor"):  # TD3
-            mean = policy.actor(obs_tensor)
-        else:
-            return float("nan")
-    return float(mean.abs().mean().item())
+            distribution = policy.get_distribution(obs_tensor).distribution
+            if not isinstance(distribution, th.distributions.Normal):
+                return distribution.mean, None
+            return distribution.mean, distribution.stddev.log()
+        if hasattr(policy, "forward_parts"):  # V-RACER
+            return tuple(policy.forward_parts(obs_tensor)[:2])  # type: ignore[return-value]
+        if hasattr(policy, "actor") and hasattr(policy.actor, "get_action_dist_params"):  # SAC
+            return tuple(policy.actor.get_action_dist_params(obs_tensor)[:2])  # type: ignore[return-value]
+        if hasattr(policy, "actor"):  # TD3
+            return policy.actor(obs_tensor), None
+    return None
+
+
+def action_mean_abs(policy: Any, observations: np.ndarray) -> float:
+    """Mean ``|mu(s)|`` over ``observations`` and the action's dimensions (:func:`action_gaussian`); NaN without one."""
+    gaussian = action_gaussian(policy, observations)
+    return float("nan") if gaussian is None else float(gaussian[0].abs().mean().item())
+
+
+def action_log_std(policy: Any, observations: np.ndarray) -> float:
+    """
+    Mean ``log sigma(s)`` over ``observations`` and the action's dimensions: the policy's width (its entropy less a
+    constant, per dimension, before squashing), which shows a collapse or a policy held wide. NaN without one.
+    """
+    gaussian = action_gaussian(policy, observations)
+    return float("nan") if gaussian is None or gaussian[1] is None else float(gaussian[1].mean().item())
 
 
 class DiagnosticsRecorder(Recorder):
-    """Attached to every run: the logger's values and ``action_mean_abs`` at every evaluation point."""
+    """Attached to every run: the logger's values, ``action_mean_abs`` and ``action_log_std`` at every evaluation point."""
 
     name = DIAGNOSTICS
     algo = ""  # every algorithm
@@ -114,9 +132,9 @@ class DiagnosticsRecorder(Recorder):
     def on_evaluation(self) -> None:
         row = self.logged.take(self.model.logger.name_to_value)
         if self.wants_observations():
-            row["action_mean_abs"] = (
-                action_mean_abs(self.model.policy, np.stack(self.observations)) if self.observations else float("nan")
-            )
+            observations = np.stack(self.observations) if self.observations else None
+            for key, statistic in (("action_mean_abs", action_mean_abs), ("action_log_std", action_log_std)):
+                row[key] = float("nan") if observations is None else statistic(self.model.policy, observations)
         self.observations = []
         self.add_row(**row)
 

@@ -10,7 +10,7 @@ import torch as th
 from stable_baselines3 import PPO, SAC, TD3
 
 from benchmarks import run as run_module
-from benchmarks.diagnostics import action_mean_abs, diagnostics_path, logged_key, plot_diagnostics
+from benchmarks.diagnostics import action_log_std, action_mean_abs, diagnostics_path, logged_key, plot_diagnostics
 from benchmarks.output import EvalPoint, read_csv, write_rows
 from sb3_impact import VRACER
 
@@ -32,6 +32,7 @@ def test_every_run_stores_the_logged_values_and_the_action_mean_at_each_evaluati
         # one row per evaluation point, at the same steps as the returns
         assert [int(row["steps"]) for row in rows] == [p.steps for p in points if p.algo == algo]
         assert all(float(row["action_mean_abs"]) >= 0.0 for row in rows)
+        assert all(np.isfinite(float(row["action_log_std"])) for row in rows)
         trained = rows[1:]  # the point at step 0 precedes any training
         for key in ["train/entropy_loss", "train/approx_kl", "train/learning_rate", "train/value_loss"]:
             assert all(np.isfinite(float(row[key])) for row in trained), key
@@ -75,6 +76,23 @@ def test_the_action_mean_is_the_unclipped_gaussian_mean_of_each_kind_of_policy()
     vracer = VRACER("MlpPolicy", "Pendulum-v1", seed=0)
     mean = vracer.policy.forward_parts(th.zeros(8, 3))[0]
     assert action_mean_abs(vracer.policy, observations) == pytest.approx(mean.abs().mean().item())
+
+
+def test_the_action_log_std_is_the_gaussian_width_of_each_kind_of_policy():
+    observations = np.zeros((8, 3), dtype=np.float32)
+    ppo = PPO("MlpPolicy", "Pendulum-v1", seed=0)
+    with th.no_grad():
+        ppo.policy.log_std.fill_(-1.5)
+    assert action_log_std(ppo.policy, observations) == pytest.approx(-1.5)
+    sac = SAC("MlpPolicy", "Pendulum-v1", seed=0)
+    with th.no_grad():
+        sac.policy.actor.log_std.bias.fill_(0.7)
+        sac.policy.actor.log_std.weight.zero_()
+    assert action_log_std(sac.policy, observations) == pytest.approx(0.7)
+    assert np.isnan(action_log_std(TD3("MlpPolicy", "Pendulum-v1", seed=0).policy, observations))  # deterministic
+    vracer = VRACER("MlpPolicy", "Pendulum-v1", seed=0)
+    log_std = vracer.policy.forward_parts(th.zeros(8, 3))[1]
+    assert action_log_std(vracer.policy, observations) == pytest.approx(log_std.mean().item())
 
 
 def test_a_diagnostic_is_named_by_its_key_or_its_last_part(tmp_path):

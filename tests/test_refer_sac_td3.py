@@ -142,6 +142,28 @@ def test_beta_follows_eq_12_and_far_steps_still_get_the_penalty(algo):
     assert any(p.grad is not None and p.grad.any() for p in model.actor.parameters())  # (1 - beta) grad D_KL
 
 
+@pytest.mark.parametrize("penalize_std", [True, False])
+def test_sac_penalty_moves_the_std_only_when_asked(penalize_std):
+    """With ``beta = 0`` the actor's loss is the penalty alone: its std head gets a gradient only if penalised."""
+    model = small(SACReFER, refer_penalize_std=penalize_std)
+    model.learn(60)
+    model.replay_buffer.behaviour_mean[:] += 0.5
+    model.replay_buffer.behaviour_log_std[:] += 1.0  # wider behaviours: D_KL(mu || pi) pulls log_std up
+    model.beta = 0.0
+    model.train(gradient_steps=1, batch_size=32)
+    std_gradients = [p.grad for p in model.actor.log_std.parameters()]
+    assert all(g is not None for g in std_gradients)
+    assert any(g.any() for g in std_gradients) == penalize_std
+    assert any(p.grad.any() for p in model.actor.mu.parameters())  # the mean is pulled either way
+
+
+def test_refer_penalize_std_is_a_bool_and_survives_save_load(tmp_path):
+    with pytest.raises(TypeError, match="refer_penalize_std"):
+        SACReFER("MlpPolicy", "Pendulum-v1", refer_penalize_std="no")
+    small(SACReFER, refer_penalize_std=False).save(tmp_path / "model")
+    assert SACReFER.load(tmp_path / "model").refer_penalize_std is False
+
+
 @pytest.mark.parametrize("algo", ALGOS)
 def test_shared_critic_step_is_the_sb3_loss_on_near_steps(algo):
     """``_refer_critic_step`` (SAC's and TD3's): ``scale * sum_i mean(near (Q_i - y)^2)``, far steps give no gradient."""

@@ -147,3 +147,10 @@ python -m benchmarks run --algos "ppo_amber[batch_drop_factor=lin_0.1]" \
 python -m benchmarks run --algos "sac_refer[refer_d=0.1]" "sac_refer[refer_d=0.3]" "sac_refer[refer_d=0.5]" \
     --env HalfCheetah-v5 --first-seed 0 --seeds 2 --steps 100000 --eval-freq 5000 --eval-episodes 10 --jobs 2 \
     --torch-threads 1 --order interleaved --plot-diagnostics beta far_fraction ent_coef --out "$OUT/sac_refer_d"
+# search-sac-refer-penalty (docs/algorithms/sac_refer.md, "Is SAC's temperature the lever, or the width rule 2's
+# penalty holds?"): the penalty on the mean only, beside the entry and SAC in one invocation (another machine kind
+# than the two searches above).
+python -m benchmarks run --algos sac sac_refer "sac_refer[refer_penalize_std=False]" \
+    --env HalfCheetah-v5 --first-seed 0 --seeds 2 --steps 100000 --eval-freq 5000 --eval-episodes 10 --jobs 2 \
+    --torch-threads 1 --order interleaved --plot-diagnostics action_log_std ent_coef beta far_fraction \
+    --out "$OUT/sac_refer_penalty"

@@ -25,6 +25,12 @@ class SACReFER(ReFERMixin, SAC):
       ``beta`` keeps the memory's far-policy fraction near ``refer_d``;
     - ``c_max(t) = 1 + C / (1 + A t)`` (eq. 13).
 
+    SAC learns its policy's std, so the penalty's gradient moves the std as well as the mean: ``D_KL(mu || pi)``
+    grows as ``pi`` narrows below a stored behaviour, which holds the policy as wide as the behaviours in the memory
+    (V-RACER's, whose std is learned too, is penalised the same way). ``refer_penalize_std=False`` stops the
+    penalty's gradient at the std, so that it moves only the mean, as in the paper's DDPG and NAF runs, whose
+    exploration std is fixed (sigma = 0.2, section 5); SAC's entropy term alone then sets the width.
+
     Everything else is SB3's SAC, and all its arguments are accepted except ``replay_buffer_class`` (always a
     :class:`~sb3_impact.common.refer_replay.ReFERReplayBuffer`), ``use_sde``, ``action_noise`` and
     ``n_steps > 1`` (ValueError: each changes the behaviour density away from the stored Gaussian).
@@ -37,6 +43,8 @@ class SACReFER(ReFERMixin, SAC):
     :param refer_a: A, the annealing rate of ``c_max`` (paper: 5e-7)
     :param refer_d: D, the target fraction of far-policy steps in the memory (paper: 0.1)
     :param refer_rules: the rules in use: (1, 2) is ReF-ER, (1,) ReF-ER-1, (2,) ReF-ER-2, () SAC's replay
+    :param refer_penalize_std: whether rule 2's penalty has a gradient with respect to the policy's std (True) or
+        only with respect to its mean (False); rule 1's ``rho`` uses the whole Gaussian either way
     :param learner_threads: PyTorch intra-op threads during ``learn()`` (restored after it; None: PyTorch's
         setting). 1 by default: more threads spin when the cores are busy (see docs/algorithms/collectors.md)
     :param kwargs: SAC's other arguments
@@ -47,6 +55,12 @@ class SACReFER(ReFERMixin, SAC):
     replay_buffer: ReFERReplayBuffer
     point_coordinates: ClassVar[str] = "pre_tanh"
     refused_arguments: ClassVar[dict[str, Any]] = {"use_sde": False, "action_noise": None, "n_steps": 1}
+
+    def __init__(self, policy: Any, env: Any, refer_penalize_std: bool = True, **kwargs: Any):
+        if not isinstance(refer_penalize_std, bool):
+            raise TypeError(f"refer_penalize_std must be True or False, got {refer_penalize_std!r}")
+        self.refer_penalize_std = refer_penalize_std
+        super().__init__(policy, env, **kwargs)
 
     def _behaviour(self, buffer_actions: np.ndarray, warm_up: bool) -> tuple[np.ndarray, ...]:
         """The pre-tanh point ``u = atanh(a)`` and ``mu``'s Gaussian over it (uniform ``a`` during warm-up)."""
@@ -78,7 +92,8 @@ class SACReFER(ReFERMixin, SAC):
             mean, log_std, _ = self.actor.get_action_dist_params(replay_data.observations)
             actions_pi, log_prob = self.actor.action_dist.log_prob_from_params(mean, log_std)
             log_prob = log_prob.reshape(-1, 1)
-            near, kl = self._refer_weights(replay_data, mean, log_std)
+            penalized_log_std = log_std if self.refer_penalize_std else log_std.detach()
+            near, kl = self._refer_weights(replay_data, mean, penalized_log_std)
 
             if self.ent_coef_optimizer is not None and self.log_ent_coef is not None:
                 ent_coef = th.exp(self.log_ent_coef.detach())
