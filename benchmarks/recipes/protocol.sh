@@ -26,7 +26,8 @@ python -m benchmarks run --algos "$PPO_DEFAULTS" vracer --env Hopper-v5 --first-
 # Their ablation (issue 64): ReF-ER's rules off, all else equal, appended step-based on the same seeds (a step-based
 # comparison does not depend on the day's machine speed); a V-RACER run took 2.1-2.4 h on one core here. The
 # runner appends only on the machine kind of the table (AMD EPYC x2): on the Intel Xeon kind a run would outlast a
-# 180-minute sitting (docs/results.md, V-RACER), so these two lines wait for an AMD sitting.
+# 180-minute sitting (docs/results.md, V-RACER). Ran on the AMD kind on 2026-12-01, both lines side by side, as
+# --first-seed 100 --seeds 1 and then --first-seed 101 --seeds 2 (about 32 minutes a run there).
 python -m benchmarks run --algos "vracer[refer_rules=[]]" --env HalfCheetah-v5 --first-seed 100 --seeds 3 \
     "${STEPS_1M[@]}" --append --baseline ppo --out "$OUT/vracer_ppo_halfcheetah_1m"
 python -m benchmarks run --algos "vracer[refer_rules=[]]" --env Hopper-v5 --first-seed 100 --seeds 3 \
