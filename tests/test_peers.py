@@ -117,7 +117,10 @@ def test_rllib_appo_carries_impacts_entry_over(env_id):
     assert training["clip_param"] == ours["clip_range"] and training["gamma"] == ours["gamma"]
     assert training["lr"] == learning_rate(ours) and training["grad_clip"] == ours["max_grad_norm"]
     assert training["grad_clip_by"] == "global_norm" and training["target_worker_clipping"] == ours["target_worker_clip"]
-    assert training["vf_loss_coeff"] == ours["vf_coef"] and training["entropy_coeff"] == ours["ent_coef"]
+    assert training["vf_loss_coeff"] == ours["vf_coef"]
+    # The one setting not carried over on HalfCheetah: an entropy bonus without IMPACT's advantage normalisation
+    # widens RLlib's policy without bound (benchmarks/peers.yml), so there RLlib gets none.
+    assert training["entropy_coeff"] == (0.0 if env_id == "HalfCheetah-v5" else ours["ent_coef"])
     assert training["use_kl_loss"] is False and ours.get("kl_coef", 0.0) == 0.0
     assert settings.get("observation_filter", False) == settings.get("normalize_reward", False) == ours.get("normalize", False)
     if "policy_kwargs" in ours:  # separate 256x256 ReLU policy and value networks
