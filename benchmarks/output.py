@@ -15,12 +15,30 @@ import pandas as pd
 import torch as th
 
 
+def cpu_info() -> dict[str, str]:
+    """The first CPU's ``model name``, ``cpu family`` and ``model`` fields of /proc/cpuinfo (empty where there is none)."""
+    fields: dict[str, str] = {}
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as file:
+        for line in file:
+            key, _, value = line.partition(":")
+            if not key.strip():  # the first CPU's block ends
+                break
+            if key.strip() in ("model name", "cpu family", "model"):
+                fields[key.strip()] = value.strip()
+    return fields
+
+
+def cpu_generation() -> str | None:
+    """The CPU's family and model numbers, e.g. "family 25 model 17": one model name ("AMD EPYC") covers several
+    generations, whose speeds differ, so runs are compared only within one (None where unknown)."""
+    info = cpu_info()
+    return f"family {info['cpu family']} model {info['model']}" if "cpu family" in info and "model" in info else None
+
+
 def machine_id(device: str = "cpu") -> str:
     """A short name of this machine's compute: CPU model and count, plus the GPU when the learner uses one."""
-    cpu = platform.processor() or platform.machine()
     # No /proc/cpuinfo, or no model name in it: keep platform's name.
-    with contextlib.suppress(OSError, StopIteration), open("/proc/cpuinfo") as file:
-        cpu = next(line.split(":", 1)[1].strip() for line in file if line.startswith("model name"))
+    cpu = cpu_info().get("model name") or platform.processor() or platform.machine()
     name = f"{cpu} x{os.cpu_count()}"
     if device.startswith("cuda") and th.cuda.is_available():
         name += f" + {th.cuda.get_device_name(0)}"
@@ -51,6 +69,7 @@ def machine_description(device: str = "cpu") -> dict[str, Any]:
         "name": machine_id(device),
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
+        "cpu_generation": cpu_generation(),
         "cpus": os.cpu_count(),
         "torch_threads": th.get_num_threads(),
         "cuda": th.cuda.get_device_name(0) if th.cuda.is_available() else None,

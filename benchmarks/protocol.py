@@ -159,8 +159,8 @@ def read_run_records(folder: Path, env_id: str) -> dict[tuple[str, int], dict[st
 
 def comparison_problems(records: list[dict[str, Any]]) -> list[str]:
     """
-    What differs between runs that one table compares: the machine's name, each package version, and each of
-    :data:`COMPARED_SETTINGS`. Each difference is named once, with the values and the runs that hold them.
+    What differs between runs that one table compares: the machine's name and CPU generation, each package version,
+    and each of :data:`COMPARED_SETTINGS`. Each difference is named once, with the values and the runs that hold them.
 
     A peer's runs (a record with a ``stack``, e.g. RLlib's) come from that stack's own environment: a package it pins
     (:data:`STACK_PACKAGES`) or does not have is compared among the runs of the same stack only; the others (Python,
@@ -182,6 +182,9 @@ def comparison_problems(records: list[dict[str, Any]]) -> list[str]:
         return record["machine"].get("software", {}).get(package)
 
     check("machine", lambda record: record["machine"].get("name"))
+    # Records written before 2026-12-06 lack the CPU's generation: compared among the runs that have it.
+    known = [record for record in records if record["machine"].get("cpu_generation")]
+    check("CPU generation", lambda record: record["machine"]["cpu_generation"], known)
     stacks: dict[str | None, list[dict[str, Any]]] = {}
     for record in records:
         stacks.setdefault(record.get("stack"), []).append(record)

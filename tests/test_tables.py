@@ -299,6 +299,14 @@ def test_the_protocol_checks_name_their_cause():
         check_reporting_seeds([0, 99, 100], "t")
     one_algo = [record("ppo", "E", 100), record("ppo", "E", 101, eval_episodes=3)]
     check_comparison(one_algo, "t")  # nothing compared
+    # One model name covers several CPU generations; a record written before they were stored has none to compare.
+    zen4, zen5, older = (
+        {**machine_description(), "cpu_generation": generation}
+        for generation in ("family 25 model 17", "family 26 model 2", None)
+    )
+    check_comparison([record("ppo", "E", 100, machine=zen4), record("sac", "E", 100, machine=older)], "t")
+    with pytest.raises(ProtocolError, match=r"CPU generation differs: \"family 25 model 17\" \(ppo seed 100\)"):
+        check_comparison([record("ppo", "E", 100, machine=zen4), record("sac", "E", 100, machine=zen5)], "t")
     with pytest.raises(ProtocolError, match="eval_episodes differs: 10 \\(ppo seed 100\\); 3 \\(sac seed 101\\)"):
         check_comparison([record("ppo", "E", 100), record("sac", "E", 101, eval_episodes=3)], "t")
     assert eval_policy("BreakoutNoFrameskip-v4") == "stochastic" and eval_policy("Hopper-v5") == "deterministic"
