@@ -11,8 +11,9 @@ benchmarks run --algos impact rllib_appo --env HalfCheetah-v5 ...`` (docs/result
   come back in the rows of :class:`benchmarks.output.EvalPoint`, so the same CSV/JSON, tables, statistics and plots
   serve both, and RLlib's own metrics at each point come back as the run's diagnostics
   (``OUT/records/ENV/diagnostics/ALGO_seedN.csv``, as our runs' logger values).
-- ``sf_appo``: Sample Factory's APPO (sample-factory 2.1.1) with its MuJoCo example's settings on the 2-core
-  machine (``benchmarks/peers.yml``, section ``sample_factory``), on HalfCheetah-v4 (SF pins gymnasium 0.29). Its
+- ``sf_appo``: Sample Factory's APPO (sample-factory 2.1.1) with its MuJoCo and Atari examples' settings on the
+  2-core machine (``benchmarks/peers.yml``, section ``sample_factory``), on HalfCheetah-v4 (SF pins gymnasium 0.29)
+  and Breakout (our AtariWrapper, with SB3 and ale-py installed in SF's environment). Its
   runs go the same way to :mod:`benchmarks.sf_run`, started with the Python of SF's own virtual environment
   (``$SB3_IMPACT_SF_PYTHON``, default ``.venv-sf/bin/python``); SF's metrics at each point are its diagnostics.
 - Each peer run's record names its ``stack`` and carries its environment's package versions; the protocol compares
@@ -73,7 +74,8 @@ def check_peer(algo: str, env_id: str, python: str) -> None:
         if not Path(python).is_file():
             raise ValueError(
                 f"{algo} runs in Sample Factory's own environment, and {python} does not exist: make it (sample-factory "
-                '2.1.1, mujoco; docs/guide/benchmarks.md, "Peers") or set SB3_IMPACT_SF_PYTHON'
+                '2.1.1 with our mujoco, ale-py and stable-baselines3; docs/guide/benchmarks.md, "Peers") or set '
+                "SB3_IMPACT_SF_PYTHON"
             )
         return
     peer_settings(algo, env_id)

@@ -34,9 +34,13 @@ into its training loop, and its learner runs in a process of its own, so the pol
   ``steps`` (SF's ``train_for_env_steps``), training stops and SF saves its last checkpoint: the final point.
 - After training, each checkpoint is evaluated with SF's actor-critic as its ``enjoy`` loads it (observation
   normaliser included, in eval mode so frozen), deterministic (the Gaussian's mean, the argmax) where the spec says
-  so, for ``eval_episodes`` whole episodes of a plain ``gym.make(env_id)`` seeded ``seed + 10000`` as our evaluation
-  env. A point's steps are the checkpoint's ``env_steps`` (the learner's count when it saved, a little after the
-  request), its seconds the training time at the request.
+  so, for ``eval_episodes`` whole episodes (Atari: whole games, the Monitor's) of the env SF trains on
+  (:func:`make_env`) seeded ``seed + 10000`` as our evaluation env. A point's steps are the checkpoint's
+  ``env_steps`` (the learner's count when it saved, a little after the request), its seconds the training time at
+  the request.
+- The env (:func:`make_env`, training and evaluation alike): MuJoCo, the plain ``gym.make(env_id)`` in a Monitor;
+  Atari, ours (:func:`atari_env`): SB3's AtariWrapper as the atari yml entries name it (SB3 is installed in SF's
+  environment for it), with the frames stacked as our ``VecFrameStack`` stacks them.
 - The point at step 0 is an untrained actor-critic built as SF builds it with the run's seed.
 """
 
@@ -52,6 +56,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from benchmarks.protocol import is_atari  # the standard library only
 
 # Sample Factory's settings per algo and env (benchmarks/peers.yml, section sample_factory), read once.
 SF_SETTINGS: dict[str, dict[str, dict[str, Any]]] = yaml.safe_load(Path(__file__).with_name("peers.yml").read_text())[
@@ -88,11 +94,58 @@ def env_name(env_id: str) -> str:
     return f"peer_{env_id}"
 
 
-def make_env(full_env_name: str, cfg: Any = None, env_config: Any = None, render_mode: str | None = None) -> Any:
-    """SF's env factory: the gymnasium env itself (as sf_examples' MuJoCo envs), no wrapper of ours."""
+def atari_env(env_id: str, stacked_frames: int) -> Any:
+    """
+    One Atari env as our runs get it (rl-zoo3's ``env_wrapper`` and ``frame_stack`` of the atari yml entries):
+    ``gym.make`` in SB3's Monitor (whole games' raw scores in ``info["episode"]``, which SF's
+    ``use_record_episode_statistics`` reads), SB3's AtariWrapper (no-op starts, 4 skipped frames, FIRE on reset, a
+    lost life ends the episode, 84x84 grey frames, rewards clipped to their sign), then the last ``stacked_frames``
+    frames channel first, zeros before an episode's first frame, as our ``VecFrameStack`` and ``VecTransposeImage``
+    give them (SB3's ``StackedObservations``). Uses only what SB3 and gymnasium 0.29 and 1.x share, so that it runs
+    in SF's environment and ours (tests/test_peers.py compares its frames with ours).
+    """
     import gymnasium as gym
+    import numpy as np
+    from ale_py.registration import register_v0_v4_envs  # ale-py's own registration fails with gymnasium 0.29
+    from stable_baselines3.common.atari_wrappers import AtariWrapper
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env.stacked_observations import StackedObservations
 
-    return gym.make(full_env_name.removeprefix("peer_"), render_mode=render_mode)
+    if env_id not in gym.registry:
+        register_v0_v4_envs()
+
+    class StackedFrames(gym.Wrapper):
+        """The last frames, channel first, stacked as VecFrameStack stacks one env's: zeros after each reset."""
+
+        def __init__(self, env: Any) -> None:
+            super().__init__(env)
+            height, width, channels = env.observation_space.shape
+            space = gym.spaces.Box(0, 255, (channels, height, width), np.uint8)
+            self.stacked = StackedObservations(1, stacked_frames, space, channels_order="first")
+            self.observation_space = self.stacked.stacked_observation_space
+
+        def reset(self, **kwargs: Any) -> Any:
+            frame, info = self.env.reset(**kwargs)
+            return self.stacked.reset(frame.transpose(2, 0, 1)[None])[0], info
+
+        def step(self, action: Any) -> Any:
+            frame, reward, terminated, truncated, info = self.env.step(action)
+            stacked, _ = self.stacked.update(frame.transpose(2, 0, 1)[None], np.zeros(1, bool), [{}])
+            return stacked[0], reward, terminated, truncated, info
+
+    return StackedFrames(AtariWrapper(Monitor(gym.make(env_id))))
+
+
+def make_env(full_env_name: str, cfg: Any = None, env_config: Any = None, render_mode: str | None = None) -> Any:
+    """SF's env factory: Atari as ours (:func:`atari_env`, ``cfg.env_framestack`` frames), others the gymnasium env
+    itself (as sf_examples' MuJoCo envs), in SB3's Monitor (whole episodes, for the evaluation)."""
+    import gymnasium as gym
+    from stable_baselines3.common.monitor import Monitor
+
+    env_id = full_env_name.removeprefix("peer_")
+    if is_atari(env_id):
+        return atari_env(env_id, cfg.env_framestack)
+    return Monitor(gym.make(env_id, render_mode=render_mode))
 
 
 def make_config(spec: dict[str, Any], train_dir: str) -> Any:
@@ -168,10 +221,9 @@ def grid_observer(spec: dict[str, Any]) -> Any:
 
 
 class Evaluator:
-    """SF's actor-critic for ``cfg`` (as its ``enjoy`` builds it), evaluated on a plain gymnasium env."""
+    """SF's actor-critic for ``cfg`` (as its ``enjoy`` builds it), evaluated on the env it trains on (:func:`make_env`)."""
 
     def __init__(self, cfg: Any, spec: dict[str, Any]) -> None:
-        import gymnasium as gym
         import torch
         from sample_factory.algo.utils.env_info import extract_env_info
         from sample_factory.algo.utils.make_env import make_env_func_batched
@@ -186,7 +238,7 @@ class Evaluator:
         self.actor_critic.model_to_device(torch.device("cpu"))
         self.actor_critic.eval()  # the observation normaliser frozen
         env.close()
-        self.env = gym.make(spec["env_id"])
+        self.env = make_env(env_name(spec["env_id"]), cfg)
         self.env.reset(seed=spec["seed"] + EVAL_SEED_OFFSET)
 
     def load(self, checkpoint: Path) -> int:
@@ -217,18 +269,21 @@ class Evaluator:
             return preprocess_actions(self.env_info, actions)[0]
 
     def returns(self) -> list[float]:
-        """``eval_episodes`` whole episodes' returns (NaN for 0 episodes: a throughput run)."""
+        """
+        ``eval_episodes`` whole episodes' returns, the Monitor's (NaN for 0 episodes: a throughput run): on Atari a
+        lost life ends the wrapped episode, the env is reset (FIRE) and the game goes on, as SB3's
+        ``evaluate_policy`` counts our runs' games.
+        """
         if self.spec["eval_episodes"] <= 0:
             return [float("nan")]
-        returns = []
-        for _ in range(self.spec["eval_episodes"]):
-            observation, _ = self.env.reset()
-            total, done = 0.0, False
-            while not done:
-                observation, reward, terminated, truncated, _ = self.env.step(self.act(observation))
-                total += float(reward)
-                done = terminated or truncated
-            returns.append(total)
+        returns: list[float] = []
+        observation, _ = self.env.reset()
+        while len(returns) < self.spec["eval_episodes"]:
+            observation, _, terminated, truncated, info = self.env.step(self.act(observation))
+            if terminated or truncated:
+                if "episode" in info:
+                    returns.append(float(info["episode"]["r"]))
+                observation, _ = self.env.reset()
         return returns
 
 

@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -37,6 +38,9 @@ from benchmarks.rllib_run import (
     peer_env,
     peer_settings,
 )
+from benchmarks.sf_run import env_name as sf_env_name
+from benchmarks.sf_run import make_env as sf_make_env
+from benchmarks.sf_run import sf_settings
 from tests.test_tables import record
 
 HAS_RLLIB = Path(peers.peer_python()).is_file()
@@ -235,6 +239,43 @@ def test_rllib_trains_and_is_evaluated_on_the_env_our_runs_get():
             frame, _ = theirs.reset()
         assert np.array_equal(np.round(frame * 255).astype(np.uint8), observation[0])
     assert lives_lost >= 2
+
+
+def test_sample_factory_trains_and_is_evaluated_on_the_env_our_runs_get():
+    """
+    Breakout: SF's env (benchmarks.sf_run.make_env, the same for its training and its evaluation) gives our frames
+    as our CnnPolicy gets them (84x84, 4 stacked channel first, zeros after each reset), our rewards and our episode
+    ends (a lost life), and the Monitor's whole-game score; its settings stack the frames our entries stack.
+    """
+    env_id, seed = "BreakoutNoFrameskip-v4", 7
+    config = sf_settings("sf_appo", env_id)["config"]
+    assert config["env_framestack"] == STACKED_FRAMES and not config["summaries_use_frameskip"]
+    wrapper = load_zoo_hyperparams("impact", env_id)["env_wrapper"]
+    ours = make_training_env(env_id, 1, seed, env_wrapper=wrapper, frame_stack=STACKED_FRAMES)
+    theirs = sf_make_env(sf_env_name(env_id), SimpleNamespace(env_framestack=config["env_framestack"]))
+    assert theirs.observation_space.shape == (STACKED_FRAMES, 84, 84)
+
+    def channel_first(frames):
+        return frames.transpose(2, 0, 1)
+
+    frames, _ = theirs.reset(seed=seed)
+    assert np.array_equal(frames, channel_first(ours.reset()[0]))
+    rng, lives_lost, games = np.random.default_rng(seed), 0, []
+    for _ in range(1500):
+        action = int(rng.integers(4))
+        frames, reward, terminated, truncated, info = theirs.step(action)
+        observation, rewards, dones, infos = ours.step(np.array([action]))
+        assert reward == rewards[0] and (terminated or truncated) == dones[0]
+        if dones[0]:
+            lives_lost += 1
+            assert np.array_equal(frames, channel_first(infos[0]["terminal_observation"]))
+            assert ("episode" in info) == ("episode" in infos[0])
+            if "episode" in info:
+                games.append(info["episode"]["r"])
+                assert info["episode"]["r"] == infos[0]["episode"]["r"]
+            frames, _ = theirs.reset()
+        assert np.array_equal(frames, channel_first(observation[0]))
+    assert lives_lost >= 5 and games
 
 
 @pytest.mark.timeout(300)
