@@ -31,7 +31,8 @@ into its training loop, and its learner runs in a process of its own, so the pol
   (``sf/train/loss``, ``sf/train/kl_divergence``, ...; SF itself writes them only to TensorBoard). SF's own periodic
   saving is off (``save_every_sec`` huge) and every checkpoint is kept, so the n-th checkpoint is the n-th request's.
 - At ``max_seconds`` (SF 2.1.1's ``train_for_seconds`` is never counted, so the observer stops training itself) or
-  ``steps`` (SF's ``train_for_env_steps``), training stops and SF saves its last checkpoint: the final point.
+  ``steps`` (SF's ``train_for_env_steps``, at most the example's: :func:`train_for_env_steps`), training stops and SF
+  saves its last checkpoint: the final point.
 - After training, each checkpoint is evaluated with SF's actor-critic as its ``enjoy`` loads it (observation
   normaliser included, in eval mode so frozen), deterministic (the Gaussian's mean, the argmax) where the spec says
   so, for ``eval_episodes`` whole episodes (Atari: whole games, the Monitor's) of the env SF trains on
@@ -148,6 +149,16 @@ def make_env(full_env_name: str, cfg: Any = None, env_config: Any = None, render
     return Monitor(gym.make(env_id, render_mode=render_mode))
 
 
+def train_for_env_steps(spec: dict[str, Any], settings: dict[str, Any]) -> int:
+    """
+    SF's ``train_for_env_steps``: where it stops and what its ``linear_decay`` learning rate spans (to 0 at it). The
+    settings' (the example's 10M) where the run's step budget is larger, as a wall-clock run's 1e8 is, so that the
+    learning rate decays as in the example; else the run's steps, a step-based run's budget.
+    """
+    budget = spec["steps"] or 10**15
+    return min(budget, int(settings["config"].get("train_for_env_steps", budget)))
+
+
 def make_config(spec: dict[str, Any], train_dir: str) -> Any:
     """SF's configuration: its defaults, the settings of peers.yml, then the run's seed, budget and files."""
     from sample_factory.cfg.arguments import parse_full_cfg, parse_sf_args
@@ -157,7 +168,7 @@ def make_config(spec: dict[str, Any], train_dir: str) -> Any:
     settings = sf_settings(spec["algo"], spec["env_id"])
     argv = [f"--env={env_name(spec['env_id'])}", "--experiment=run", f"--train_dir={train_dir}"]
     argv += [f"--seed={spec['seed']}", "--device=cpu", f"--save_every_sec={NEVER}", f"--save_best_every_sec={NEVER}"]
-    argv += [f"--keep_checkpoints={NEVER}", f"--train_for_env_steps={spec['steps'] or 10**15}"]
+    argv += [f"--keep_checkpoints={NEVER}", f"--train_for_env_steps={train_for_env_steps(spec, settings)}"]
     parser, _ = parse_sf_args(argv=argv, evaluation=False)
     parser.set_defaults(**settings["config"])
     return parse_full_cfg(parser, argv)

@@ -433,6 +433,18 @@ def test_sf_checkpoints_are_paired_with_the_requests_for_them():
         pair_checkpoints(files, requests[:2])
 
 
+@pytest.mark.parametrize("env_id", ["HalfCheetah-v4", "BreakoutNoFrameskip-v4"])
+def test_sf_learning_rate_decays_over_the_examples_span_unless_the_budget_is_smaller(env_id):
+    """A wall-clock run's 1e8-step budget does not stretch SF's linear decay: it spans the example's 10M steps."""
+    from benchmarks.sf_run import sf_settings, train_for_env_steps
+
+    settings = sf_settings("sf_appo", env_id)
+    assert settings["config"]["lr_schedule"] == "linear_decay"
+    assert train_for_env_steps({"steps": 100_000_000}, settings) == 10_000_000
+    assert train_for_env_steps({"steps": 200_000}, settings) == 200_000
+    assert train_for_env_steps({"steps": None}, {"config": {}}) == 10**15
+
+
 def test_an_sf_algo_goes_to_sample_factorys_runner_with_its_python(tmp_path, monkeypatch):
     """
     sf_appo runs ``benchmarks.sf_run`` with $SB3_IMPACT_SF_PYTHON (RLlib's ``--peer-python`` is not its Python); its

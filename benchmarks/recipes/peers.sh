@@ -10,7 +10,7 @@
 # policy (deterministic; Atari: the stochastic policy on 10 whole games). Reporting seeds from 100. Then
 # `python -m benchmarks tables`. The tables measured up to 2026-11-28 ran RLlib's tuned examples, now the specs
 # rllib_appo_example and rllib_impala_example (`--algos impact rllib_appo_example ...` reproduces them).
-# Sample Factory (sf_appo, its own environment) is not in this recipe: see docs/guide/benchmarks.md, "Peers".
+# Sample Factory (sf_appo) runs from its own environment too (made below; docs/guide/benchmarks.md, "Peers").
 set -euo pipefail
 OUT=${OUT:-results}
 PEER_VENV=$(realpath -m "${PEER_VENV:-.venv-rllib}")   # relative to the repository root, or absolute
@@ -40,3 +40,27 @@ python -m benchmarks run --algos impala rllib_impala --env BreakoutNoFrameskip-v
 # A throughput comparison: in 120 s our IMPALA samples about 16x RLlib IMPALA's steps on two cores.
 python -m benchmarks run --algos impala rllib_impala --env CartPole-v1 "${WALL[@]}" --max-seconds 120 --eval-seconds 10 \
     --out "$OUT/peers_impala_cartpole"
+
+# The Breakout rows on new reporting seeds with the adapted peer specs (issue 66), five seeds, each table one
+# invocation alone on the machine (about 2 hours each with the evaluations): to be run.
+WALL_200=(--first-seed 200 --seeds 5 --steps 100000000 --eval-episodes 10 --jobs 1)
+python -m benchmarks run --algos impact rllib_appo --env BreakoutNoFrameskip-v4 "${WALL_200[@]}" --max-seconds 600 \
+    --eval-seconds 60 --out "$OUT/peers_appo_breakout_200"
+python -m benchmarks run --algos impala rllib_impala --env BreakoutNoFrameskip-v4 "${WALL_200[@]}" --max-seconds 600 \
+    --eval-seconds 60 --out "$OUT/peers_impala_breakout_200"
+
+# Sample Factory 2.1.1 (sf_appo: its examples' settings on two cores, benchmarks/peers.yml) in an environment of its
+# own: it pins gymnasium < 1.0, so the MuJoCo table runs HalfCheetah-v4 on both sides (IMPACT's v5 entry serves
+# v4); Breakout runs our env on both sides. The same MuJoCo, ALE, SB3 and torch as ours. To be run, as above.
+SF_VENV=$(realpath -m "${SF_VENV:-.venv-sf}")
+if [ ! -x "$SF_VENV/bin/python" ]; then
+    SAME=$(python -c 'from importlib.metadata import version as v; print(" ".join(f"{p}=={v(p)}" for p in ("mujoco", "ale-py", "stable-baselines3")))')
+    python3.11 -m venv "$SF_VENV"
+    # shellcheck disable=SC2086  # SAME is a list of requirements
+    "$SF_VENV/bin/pip" install -c constraints.txt sample-factory imageio $SAME
+fi
+export SB3_IMPACT_SF_PYTHON="$SF_VENV/bin/python"
+python -m benchmarks run --algos impact sf_appo --env HalfCheetah-v4 "${WALL_200[@]}" --max-seconds 600 \
+    --eval-seconds 60 --out "$OUT/peers_sf_halfcheetah_v4"
+python -m benchmarks run --algos impact sf_appo --env BreakoutNoFrameskip-v4 "${WALL_200[@]}" --max-seconds 600 \
+    --eval-seconds 60 --out "$OUT/peers_sf_breakout"
