@@ -5,7 +5,6 @@ constructor defaults, the v4 entry of a v5 id), and the model and envs built fro
 """
 
 import argparse
-import re
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ from benchmarks.peers import is_peer, peer_hyperparams_source
 from benchmarks.protocol import is_atari
 from benchmarks.rllib_run import PEER_ALGOS
 from benchmarks.sf_run import SF_ALGOS
+from benchmarks.variants import split_variant
 from sb3_impact.zoo import ZOO_ALGOS as IMPACT_ALGOS
 from sb3_impact.zoo import hyperparams_path
 
@@ -33,45 +33,6 @@ ALGOS = {**rl_zoo3.utils.ALGOS, **DEFAULT_VARIANTS}
 
 # The evaluation env's seed is the run's plus this: its episodes are not the training envs' first ones.
 EVAL_SEED_OFFSET = 10_000
-
-
-def _split_top_level(body: str) -> list[str]:
-    """Split ``key=value,...`` at the commas outside brackets, so that values may be lists: ``rules=[1,2],x=3``."""
-    items, depth, start = [], 0, 0
-    for index, char in enumerate(body):
-        depth += {"[": 1, "(": 1, "{": 1, "]": -1, ")": -1, "}": -1}.get(char, 0)
-        if char == "," and depth == 0:
-            items.append(body[start:index])
-            start = index + 1
-    return [*items, body[start:]]
-
-
-class _VariantLoader(yaml.SafeLoader):
-    """YAML's safe loader that also reads ``1e-4`` as a float, as Python and YAML 1.2 do (YAML 1.1 wants a dot),
-    inside lists and mappings too; a quoted value stays a string."""
-
-
-_VariantLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)[eE][-+]?[0-9]+$"), list("-+0123456789.")
-)
-
-
-def split_variant(algo: str) -> tuple[str, dict[str, Any]]:
-    """
-    ``"ppo_amber[collector=process]"`` -> ``("ppo_amber", {...})``: an algo name may carry hyperparameters that
-    replace its yml's (values read as YAML, :class:`_VariantLoader`), so that variants run side by side in one
-    invocation. A plain name has none.
-    """
-    if not algo.endswith("]") or "[" not in algo:
-        return algo, {}
-    base, _, body = algo[:-1].partition("[")
-    overrides: dict[str, Any] = {}
-    for item in filter(None, _split_top_level(body)):
-        key, separator, value = item.partition("=")
-        if not separator or not key.strip():
-            raise ValueError(f"{algo!r}: variants are written NAME[key=value,...], got item {item!r}")
-        overrides[key.strip()] = yaml.load(value, Loader=_VariantLoader)  # a SafeLoader
-    return base, overrides
 
 
 def algo_class(algo: str) -> Any:

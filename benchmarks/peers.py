@@ -35,6 +35,7 @@ from typing import Any
 from benchmarks.output import machine_id
 from benchmarks.rllib_run import PEER_ALGOS, peer_settings
 from benchmarks.sf_run import SF_ALGOS, sf_settings
+from benchmarks.variants import split_variant
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PEER_PYTHON = REPO_ROOT / ".venv-rllib" / "bin" / "python"
@@ -49,12 +50,14 @@ SPEC_FIELDS = ("algo", "env_id", "seed", "steps", "max_seconds", "eval_freq", "e
 
 
 def is_peer(algo: str) -> bool:
-    return algo in PEER_ALGOS or algo in SF_ALGOS
+    """Whether ``algo`` (a name or a variant) is one of the peers."""
+    base = split_variant(algo)[0]
+    return base in PEER_ALGOS or base in SF_ALGOS
 
 
 def peer_stack(algo: str) -> str:
     """The stack a peer runs on: ``sf`` for Sample Factory's algos (``sf_*``), else ``rllib``."""
-    return SF_STACK if algo in SF_ALGOS else PEER_STACK
+    return SF_STACK if split_variant(algo)[0] in SF_ALGOS else PEER_STACK
 
 
 def peer_python(given: str | None = None, algo: str | None = None) -> str:

@@ -35,6 +35,7 @@ from typing import Any
 import yaml
 
 from benchmarks.protocol import is_atari
+from benchmarks.variants import split_variant, with_variant
 
 # The peers' placement, the RLlib metrics kept at each point and the settings per algo and env (their comments say
 # what each is), read once.
@@ -50,12 +51,17 @@ MONITOR_RETURN = "monitor_episode_return_mean"  # the Monitor's episode return (
 
 
 def peer_settings(algo: str, env_id: str) -> dict[str, Any]:
-    """The settings of ``algo`` on ``env_id`` (benchmarks/peers.yml); ``ValueError`` naming the pairs there are for any
-    other."""
-    if env_id not in PEER_SETTINGS.get(algo, {}):
+    """
+    The settings of ``algo`` on ``env_id`` (benchmarks/peers.yml), with a variant's values
+    (``rllib_appo[entropy_coeff=0.0]``, :func:`benchmarks.variants.with_variant`); ``ValueError`` naming the pairs
+    there are for any other.
+    """
+    base, overrides = split_variant(algo)
+    if env_id not in PEER_SETTINGS.get(base, {}):
         pairs = ", ".join(f"{name} on {env}" for name, envs in PEER_SETTINGS.items() for env in envs)
-        raise ValueError(f"no RLlib settings for {algo} on {env_id}; there are: {pairs}")
-    return PEER_SETTINGS[algo][env_id]
+        raise ValueError(f"no RLlib settings for {base} on {env_id}; there are: {pairs}")
+    settings = PEER_SETTINGS[base][env_id]
+    return with_variant(settings, overrides, algo) if overrides else settings
 
 
 def result_value(result: dict[str, Any], key: str) -> Any:
@@ -221,7 +227,7 @@ def build_algorithm(spec: dict[str, Any], evaluation_episodes: int = 0) -> Any:
     settings = peer_settings(spec["algo"], spec["env_id"])
     env_name = f"peer-{spec['env_id']}"
     register_env(env_name, lambda _: peer_env(spec["env_id"], settings))
-    config = (APPOConfig if spec["algo"].startswith("rllib_appo") else IMPALAConfig)()
+    config = (APPOConfig if split_variant(spec["algo"])[0].startswith("rllib_appo") else IMPALAConfig)()
     config = config.environment(env_name)
     if settings.get("frame_stack") == "connector":  # single frames travel, the connectors stack
         config = config.env_runners(env_to_module_connector=lambda *_: FrameStackingEnvToModule(num_frames=STACKED_FRAMES))

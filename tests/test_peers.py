@@ -41,6 +41,7 @@ from benchmarks.rllib_run import (
 from benchmarks.sf_run import env_name as sf_env_name
 from benchmarks.sf_run import make_env as sf_make_env
 from benchmarks.sf_run import sf_settings
+from benchmarks.variants import with_variant
 from tests.test_tables import record
 
 HAS_RLLIB = Path(peers.peer_python()).is_file()
@@ -309,6 +310,55 @@ def test_peer_runs_come_back_as_rows_and_records_of_the_same_table(tmp_path):
                      "--peer-python", python, "--append", "--out", str(tmp_path / "out")])  # fmt: skip
     summary = json.loads((tmp_path / "out" / "CartPole-v1.json").read_text())
     assert summary["seeds"] == [100, 101] and summary["algos"]["rllib_impala"]["seeds"] == [100, 101]
+
+
+def test_a_peer_variant_changes_its_named_settings_and_says_so():
+    """
+    ``rllib_appo[entropy_coeff=0.0,training.lr=6e-4]``, as our algorithms' variants: the named settings change (by
+    the last part of their path where it names one, else by the path), nothing else does, the entry itself stays,
+    and the source records the change; a key that names no setting or several is refused, naming the valid ones.
+    """
+    env_id = "BreakoutNoFrameskip-v4"
+    entry = peer_settings("rllib_appo", env_id)
+    changed = peer_settings("rllib_appo[entropy_coeff=0.0,training.lr=6e-4,frame_stack=wrapper]", env_id)
+    assert changed["config"]["training"] == {**entry["config"]["training"], "entropy_coeff": 0.0, "lr": 6e-4}
+    assert changed["frame_stack"] == "wrapper" and entry["frame_stack"] == "connector"
+    assert entry["config"]["training"]["entropy_coeff"] == 0.01  # the yml's entry is not changed
+    assert changed["source"] == entry["source"] + "; variant: entropy_coeff=0.0, training.lr=0.0006, frame_stack=wrapper"
+    assert {key: value for key, value in changed.items() if key not in ("config", "source", "frame_stack")} == {
+        key: value for key, value in entry.items() if key not in ("config", "source", "frame_stack")
+    }
+    nested = peer_settings("rllib_appo[rl_module.model_config.head_fcnet_hiddens=[256]]", env_id)
+    assert nested["config"]["rl_module"]["model_config"]["head_fcnet_hiddens"] == [256]
+    # A dotted path in an existing section adds a setting the entry leaves at RLlib's default; a bare name does not.
+    assert "minibatch_size" not in entry["config"]["training"]
+    added = peer_settings("rllib_appo[training.minibatch_size=128]", env_id)
+    assert added["config"]["training"] == {**entry["config"]["training"], "minibatch_size": 128}
+    for misspelt in ("minibatch_size", "trainin.minibatch_size"):
+        with pytest.raises(ValueError, match=f"'{misspelt}' names no setting"):
+            peer_settings(f"rllib_appo[{misspelt}=128]", env_id)
+    sf = sf_settings("sf_appo[learning_rate=1e-3]", "HalfCheetah-v4")
+    assert sf["config"]["learning_rate"] == 1e-3 and "variant: learning_rate=0.001" in sf["source"]
+    with pytest.raises(
+        ValueError, match=r"'entropy_coef' names no setting of the entry; write one of: .*training\.entropy_coeff"
+    ):
+        peer_settings("rllib_appo[entropy_coef=0.0]", env_id)
+    with pytest.raises(ValueError, match="'num_envs_per_env_runner' names several settings"):
+        with_variant({"source": "s", "config": {"a": {"num_envs_per_env_runner": 1}, "b": {"num_envs_per_env_runner": 2}}},
+                     {"num_envs_per_env_runner": 4}, "x[num_envs_per_env_runner=4]")  # fmt: skip
+    assert peers.is_peer("rllib_appo[lr=1e-3]") and peers.peer_stack("sf_appo[learning_rate=1e-3]") == peers.SF_STACK
+
+
+def test_a_peer_variant_runs_beside_its_entry_in_one_table(tmp_path):
+    """The variant's runs go to the peer's runner under the variant's name; its record carries the changed source."""
+    python = stand_in_python(tmp_path)
+    algos = ["rllib_impala", "rllib_impala[entropy_coeff=0.0]"]
+    run_module.main(["--algos", *algos, "--env", "CartPole-v1", "--seeds", "1", "--first-seed", "100",
+                     "--steps", "1000", "--eval-freq", "1000", "--eval-episodes", "2", "--peer-python", python,
+                     "--out", str(tmp_path)])  # fmt: skip
+    assert {point.algo for point in read_csv(tmp_path / "CartPole-v1.csv")} == set(algos)
+    records = read_run_records(tmp_path, "CartPole-v1")
+    assert records[(algos[1], 100)]["hyperparams"] == records[(algos[0], 100)]["hyperparams"] + "; variant: entropy_coeff=0.0"
 
 
 def test_a_failing_peer_is_recorded_with_its_output(tmp_path, monkeypatch):

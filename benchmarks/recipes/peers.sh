@@ -41,6 +41,22 @@ python -m benchmarks run --algos impala rllib_impala --env BreakoutNoFrameskip-v
 python -m benchmarks run --algos impala rllib_impala --env CartPole-v1 "${WALL[@]}" --max-seconds 120 --eval-seconds 10 \
     --out "$OUT/peers_impala_cartpole"
 
+# Breakout's settings for both sides, settled on a tuning seed before the seeds 200-204 tables (issue 66); grid and
+# criterion declared on 2026-12-06, before any of its runs. Why: in 600 s on two cores IMPACT's atari entry barely
+# learns (1.2-4.0 on seeds 100-102) and the adapted APPO not at all (random play on tuning seed 0, with its entropy
+# bonus 0.01 and without: tuning/rllib_appo_breakout_600s and _ent0), where Sample Factory's CleanRL settings learn
+# (lr 2.5e-4, 16 minibatch steps per 1024 samples against the entries' 4 at lr 1e-4). The same grid on both sides:
+# the entry; CleanRL's rate; with 128-sample minibatches as well (4 steps per draw: 8 per 512 samples); and that with
+# the entropy bonus the other way (IMPACT without it; APPO with the 0.01 its ent-0 candidates drop). APPO's entry and
+# its ent-0 run count as its first two (the folders above, the same seed and machine), so it gets five settings to
+# IMPACT's four. Criterion: the mean of the evaluations from 300 s to 600 s (7 points of 10 whole games); each side's
+# highest becomes its spec for the tables (IMPACT's atari entry in impact.yml, rllib_appo's Breakout entry in
+# benchmarks/peers.yml), its entry on a tie. One invocation, tuning seed 0, alone (about 85 minutes).
+python -m benchmarks run --algos impact "impact[learning_rate=2.5e-4]" "impact[learning_rate=2.5e-4,batch_size=128]" \
+    "impact[learning_rate=2.5e-4,batch_size=128,ent_coef=0.0]" "rllib_appo[entropy_coeff=0.0,lr=2.5e-4]" \
+    "rllib_appo[entropy_coeff=0.0,lr=2.5e-4,training.minibatch_size=128]" "rllib_appo[lr=2.5e-4,training.minibatch_size=128]" \
+    --env BreakoutNoFrameskip-v4 --first-seed 0 --seeds 1 --steps 100000000 --max-seconds 600 --eval-seconds 60 \
+    --eval-episodes 10 --jobs 1 --out "$OUT/tuning/breakout_600s_grid"
 # The Breakout rows on new reporting seeds with the adapted peer specs (issue 66), five seeds, each table one
 # invocation alone on the machine (about 2 hours each with the evaluations): to be run.
 WALL_200=(--first-seed 200 --seeds 5 --steps 100000000 --eval-episodes 10 --jobs 1)
