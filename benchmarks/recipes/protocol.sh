@@ -26,13 +26,21 @@ python -m benchmarks run --algos "$PPO_DEFAULTS" vracer --env Hopper-v5 --first-
 # Walker2d-v5 (issue 64), the entry unchanged since its 1M-step check on seeds 0-2: V-RACER and PPO (rl-zoo3's entry)
 # in one invocation, step-based, seed by seed; it ran with --jobs 2 (2026-12-06, AMD EPYC x2: a V-RACER run about an
 # hour of training there, PPO's half an hour), which only sets how many runs go at once, and was stopped as seed 102
-# began (recorded as failed): seed 102 is appended in a later sitting on that machine kind (the second line), then
-# the ablation, ReF-ER's rules off (the third).
+# began (recorded as failed): seed 102 was appended in the next sitting on that machine kind (the second line, again
+# with --jobs 2), then the ablation, ReF-ER's rules off, one seed per line (each run about an hour): seed 100 into a
+# side folder beside seed 101 appended to the table (one writer per CSV), the side folder merged in, and seed 102
+# appended in a later sitting.
 python -m benchmarks run --algos vracer ppo --env Walker2d-v5 --first-seed 100 --seeds 3 --order interleaved \
     "${STEPS_1M[@]}" --out "$OUT/vracer_ppo_walker2d_1m"
 python -m benchmarks run --algos vracer ppo --env Walker2d-v5 --first-seed 102 --seeds 1 --order interleaved \
     "${STEPS_1M[@]}" --append --out "$OUT/vracer_ppo_walker2d_1m"
-python -m benchmarks run --algos "vracer[refer_rules=[]]" --env Walker2d-v5 --first-seed 100 --seeds 3 \
+python -m benchmarks run --algos "vracer[refer_rules=[]]" --env Walker2d-v5 --first-seed 100 --seeds 1 \
+    "${STEPS_1M[@]}" --out "$OUT/vracer_ppo_walker2d_1m_ablation"
+python -m benchmarks run --algos "vracer[refer_rules=[]]" --env Walker2d-v5 --first-seed 101 --seeds 1 \
+    "${STEPS_1M[@]}" --append --baseline ppo --out "$OUT/vracer_ppo_walker2d_1m"
+python -m benchmarks run --algos "vracer[refer_rules=[]]" --env Walker2d-v5 --baseline ppo \
+    --out "$OUT/vracer_ppo_walker2d_1m" --merge "$OUT/vracer_ppo_walker2d_1m_ablation"
+python -m benchmarks run --algos "vracer[refer_rules=[]]" --env Walker2d-v5 --first-seed 102 --seeds 1 \
     "${STEPS_1M[@]}" --append --baseline ppo --out "$OUT/vracer_ppo_walker2d_1m"
 # Their ablation (issue 64): ReF-ER's rules off, all else equal, appended step-based on the same seeds (a step-based
 # comparison does not depend on the day's machine speed); a V-RACER run took 2.1-2.4 h on one core here. The

@@ -154,3 +154,10 @@ python -m benchmarks run --algos sac sac_refer "sac_refer[refer_penalize_std=Fal
     --env HalfCheetah-v5 --first-seed 0 --seeds 2 --steps 100000 --eval-freq 5000 --eval-episodes 10 --jobs 2 \
     --torch-threads 1 --order interleaved --plot-diagnostics action_log_std ent_coef beta far_fraction \
     --out "$OUT/sac_refer_penalty"
+# search-vracer-walker2d-anneal (docs/algorithms/vracer.md, "Does the paper's annealing rate stop the late swings on
+# Walker2d-v5?"), declared 2026-12-06 before its runs: the paper's A = 5e-7 (c_max and the learning rate annealed
+# by eq. 13 to 1/1.5 of their start over 1M steps; the entry's 7.8e-8 anneals them by 7%) beside the entry, Walker2d-v5
+# at the row's budget and grid, tuning seeds 0-1, one invocation, two at a time (about two hours here).
+python -m benchmarks run --algos vracer "vracer[refer_a=5e-7]" --env Walker2d-v5 --first-seed 0 --seeds 2 \
+    "${GRID_1M[@]}" --jobs 2 --order interleaved --plot-diagnostics action_log_std learning_rate c_max far_fraction \
+    --out "$OUT/vracer_walker2d_anneal"
