@@ -226,7 +226,8 @@ def build_algorithm(spec: dict[str, Any], evaluation_episodes: int = 0) -> Any:
 
     settings = peer_settings(spec["algo"], spec["env_id"])
     env_name = f"peer-{spec['env_id']}"
-    register_env(env_name, lambda _: peer_env(spec["env_id"], settings))
+    # RLlib's own evaluation (the cross-check) gets the env of our evaluation: raw rewards, not the scaled ones.
+    register_env(env_name, lambda env_config: peer_env(spec["env_id"], settings, env_config.get("evaluation", False)))
     config = (APPOConfig if split_variant(spec["algo"])[0].startswith("rllib_appo") else IMPALAConfig)()
     config = config.environment(env_name)
     if settings.get("frame_stack") == "connector":  # single frames travel, the connectors stack
@@ -243,12 +244,20 @@ def build_algorithm(spec: dict[str, Any], evaluation_episodes: int = 0) -> Any:
             kwargs = {**kwargs, "model_config": DefaultModelConfig(**kwargs["model_config"])}
         config = getattr(config, method)(**kwargs)
     if evaluation_episodes:
+        evaluation_config = {
+            "explore": not spec["deterministic"],
+            # One env: with several, the episodes that end first are counted first, biased to short ones.
+            "num_envs_per_env_runner": 1,
+            "env_config": {"evaluation": True},
+        }
+        if settings.get("observation_filter"):  # frozen: :func:`cross_check` gives it the training runner's statistics
+            # (the attribute env_runners() sets: update_from_dict sets any key silently, a public name to no effect)
+            evaluation_config["_env_to_module_connector"] = lambda *_: MeanStdFilter(update_stats=False)
         config = config.evaluation(
             evaluation_num_env_runners=1,
             evaluation_duration=evaluation_episodes,
             evaluation_duration_unit="episodes",
-            # One env: with several, the episodes that end first are counted first, biased to short ones.
-            evaluation_config={"explore": not spec["deterministic"], "num_envs_per_env_runner": 1},
+            evaluation_config=evaluation_config,
         )
     return config.build_algo()
 
@@ -308,13 +317,27 @@ class ModulePolicy:
         return actions, None
 
 
+def connector_state(runners: Any) -> dict[str, Any]:
+    """The env-to-module connector state (the MeanStdFilter's statistics) of the one remote env runner of ``runners``."""
+    (state,) = runners.foreach_env_runner(
+        lambda runner: runner.get_state(components="env_to_module_connector"), local_env_runner=False
+    )
+    return state
+
+
+def filter_pushes(state_or_runners: Any) -> int:
+    """How many observations the MeanStdFilter's statistics in a connector state (or a runner group's) have seen."""
+    state = state_or_runners if isinstance(state_or_runners, dict) else connector_state(state_or_runners)
+    (agent,) = state["env_to_module_connector"]["MeanStdFilter"].values()
+    (stats,) = agent["running_stats"]
+    return int(stats["num_pushes"])
+
+
 def observation_filter(algo: Any) -> Any:
     """The env runner's MeanStdFilter as RLlib's ``Filter`` (call it with ``update=False``); KeyError where there is none."""
     from ray.rllib.utils.filter import MeanStdFilter, RunningStat
 
-    (state,) = algo.env_runner_group.foreach_env_runner(
-        lambda runner: runner.get_state(components="env_to_module_connector"), local_env_runner=False
-    )
+    state = connector_state(algo.env_runner_group)
     (agent,) = state["env_to_module_connector"]["MeanStdFilter"].values()
     filter_ = MeanStdFilter(
         agent["shape"], demean=agent["de_mean_to_zero"], destd=agent["de_std_to_one"], clip=agent["clip_by_value"]
@@ -409,7 +432,10 @@ def cross_check(algo_name: str, env_id: str, seconds: float, episodes: int, seed
     is an episode), then the same weights evaluated with the deterministic policy on ``episodes`` episodes by
     :func:`evaluate` and by RLlib: ``algo.evaluate()`` (its mean, min and max), and its evaluation env runner's
     ``sample(num_episodes=...)`` for single episodes' returns. ``agree``: the means of the two sets of single
-    episodes differ by less than 3 standard errors of their difference.
+    episodes differ by less than 3 standard errors of their difference. RLlib's evaluation env gets raw rewards, as
+    ours, and, with an observation filter, the training env runner's MeanStdFilter statistics, frozen: RLlib 2.60
+    syncs none to its evaluation env runner, whose filter would otherwise start from nothing and learn its statistics
+    from the evaluation episodes (``RuntimeError`` if the statistics it evaluated with are not the training runner's).
     """
     import numpy as np
 
@@ -421,7 +447,11 @@ def cross_check(algo_name: str, env_id: str, seconds: float, episodes: int, seed
         while time.perf_counter() - start < seconds:
             result = algo.train()
         weights = settled_weights(algo)
-        ours = evaluate(algo, spec, evaluation_env(env_id, peer_settings(algo_name, env_id), seed + EVAL_SEED_OFFSET))
+        settings = peer_settings(algo_name, env_id)
+        ours = evaluate(algo, spec, evaluation_env(env_id, settings, seed + EVAL_SEED_OFFSET))
+        if settings.get("observation_filter"):
+            training_filter = connector_state(algo.env_runner_group)
+            algo.eval_env_runner_group.foreach_env_runner(lambda runner: runner.set_state(training_filter))
         summary = algo.evaluate()  # also gives its evaluation env runner the learner's weights
         (theirs,) = algo.eval_env_runner_group.foreach_env_runner(
             lambda runner: [float(episode.get_return()) for episode in runner.sample(num_episodes=episodes, explore=False)],
@@ -429,6 +459,8 @@ def cross_check(algo_name: str, env_id: str, seconds: float, episodes: int, seed
         )
         if not same_weights(weights, settled_weights(algo)):
             raise RuntimeError("the learner's weights changed between the evaluations")
+        if settings.get("observation_filter") and filter_pushes(algo.eval_env_runner_group) != filter_pushes(training_filter):
+            raise RuntimeError("RLlib's evaluation env runner did not evaluate with the training runner's filter")
     standard_error = math.sqrt((np.var(ours, ddof=1) + np.var(theirs, ddof=1)) / episodes)
     difference = float(np.mean(ours) - np.mean(theirs))
 
