@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 
 from benchmarks.protocol import is_atari
-from benchmarks.variants import split_variant, with_variant
+from benchmarks.variants import entry_settings, split_variant
 
 # The peers' placement, the RLlib metrics kept at each point and the settings per algo and env (their comments say
 # what each is), read once.
@@ -51,17 +51,9 @@ MONITOR_RETURN = "monitor_episode_return_mean"  # the Monitor's episode return (
 
 
 def peer_settings(algo: str, env_id: str) -> dict[str, Any]:
-    """
-    The settings of ``algo`` on ``env_id`` (benchmarks/peers.yml), with a variant's values
-    (``rllib_appo[entropy_coeff=0.0]``, :func:`benchmarks.variants.with_variant`); ``ValueError`` naming the pairs
-    there are for any other.
-    """
-    base, overrides = split_variant(algo)
-    if env_id not in PEER_SETTINGS.get(base, {}):
-        pairs = ", ".join(f"{name} on {env}" for name, envs in PEER_SETTINGS.items() for env in envs)
-        raise ValueError(f"no RLlib settings for {base} on {env_id}; there are: {pairs}")
-    settings = PEER_SETTINGS[base][env_id]
-    return with_variant(settings, overrides, algo) if overrides else settings
+    """The settings of ``algo`` (a name or a variant: ``rllib_appo[entropy_coeff=0.0]``) on ``env_id``
+    (benchmarks/peers.yml; :func:`benchmarks.variants.entry_settings`)."""
+    return entry_settings(PEER_SETTINGS, algo, env_id, "RLlib")
 
 
 def result_value(result: dict[str, Any], key: str) -> Any:
@@ -325,9 +317,8 @@ def connector_state(runners: Any) -> dict[str, Any]:
     return state
 
 
-def filter_pushes(state_or_runners: Any) -> int:
-    """How many observations the MeanStdFilter's statistics in a connector state (or a runner group's) have seen."""
-    state = state_or_runners if isinstance(state_or_runners, dict) else connector_state(state_or_runners)
+def filter_pushes(state: dict[str, Any]) -> int:
+    """How many observations the MeanStdFilter's statistics in a connector state (:func:`connector_state`) have seen."""
     (agent,) = state["env_to_module_connector"]["MeanStdFilter"].values()
     (stats,) = agent["running_stats"]
     return int(stats["num_pushes"])
@@ -459,7 +450,8 @@ def cross_check(algo_name: str, env_id: str, seconds: float, episodes: int, seed
         )
         if not same_weights(weights, settled_weights(algo)):
             raise RuntimeError("the learner's weights changed between the evaluations")
-        if settings.get("observation_filter") and filter_pushes(algo.eval_env_runner_group) != filter_pushes(training_filter):
+        evaluated_with = connector_state(algo.eval_env_runner_group) if settings.get("observation_filter") else None
+        if evaluated_with is not None and filter_pushes(evaluated_with) != filter_pushes(training_filter):
             raise RuntimeError("RLlib's evaluation env runner did not evaluate with the training runner's filter")
     standard_error = math.sqrt((np.var(ours, ddof=1) + np.var(theirs, ddof=1)) / episodes)
     difference = float(np.mean(ours) - np.mean(theirs))

@@ -59,7 +59,7 @@ from typing import Any
 import yaml
 
 from benchmarks.protocol import is_atari  # the standard library only
-from benchmarks.variants import split_variant, with_variant  # and PyYAML
+from benchmarks.variants import entry_settings  # and PyYAML
 
 # Sample Factory's settings per algo and env (benchmarks/peers.yml, section sample_factory), read once.
 SF_SETTINGS: dict[str, dict[str, dict[str, Any]]] = yaml.safe_load(Path(__file__).with_name("peers.yml").read_text())[
@@ -74,14 +74,9 @@ STACK_SOFTWARE = ("sample_factory",)
 
 
 def sf_settings(algo: str, env_id: str) -> dict[str, Any]:
-    """The settings of ``algo`` on ``env_id``, with a variant's values (``sf_appo[learning_rate=1e-3]``,
-    :func:`benchmarks.variants.with_variant`); ``ValueError`` naming the pairs there are for any other."""
-    base, overrides = split_variant(algo)
-    if env_id not in SF_SETTINGS.get(base, {}):
-        pairs = ", ".join(f"{name} on {env}" for name, envs in SF_SETTINGS.items() for env in envs)
-        raise ValueError(f"no Sample Factory settings for {base} on {env_id}; there are: {pairs}")
-    settings = SF_SETTINGS[base][env_id]
-    return with_variant(settings, overrides, algo) if overrides else settings
+    """The settings of ``algo`` (a name or a variant: ``sf_appo[learning_rate=1e-3]``) on ``env_id``
+    (benchmarks/peers.yml, section sample_factory; :func:`benchmarks.variants.entry_settings`)."""
+    return entry_settings(SF_SETTINGS, algo, env_id, "Sample Factory")
 
 
 def software_versions() -> dict[str, str | None]:

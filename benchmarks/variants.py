@@ -88,3 +88,16 @@ def with_variant(settings: dict[str, Any], overrides: dict[str, Any], algo: str)
     listed = ", ".join(f"{key}={value}" for key, value in overrides.items())
     changed["source"] = f"{settings['source']}; variant: {listed}"
     return changed
+
+
+def entry_settings(entries: dict[str, dict[str, Any]], algo: str, env_id: str, library: str) -> dict[str, Any]:
+    """
+    A peer's settings on ``env_id`` from ``entries`` (algo -> env -> settings, a section of benchmarks/peers.yml),
+    with a variant's values (:func:`with_variant`); ``ValueError`` naming the pairs there are for any other.
+    """
+    base, overrides = split_variant(algo)
+    if env_id not in entries.get(base, {}):
+        pairs = ", ".join(f"{name} on {env}" for name, envs in entries.items() for env in envs)
+        raise ValueError(f"no {library} settings for {base} on {env_id}; there are: {pairs}")
+    settings = entries[base][env_id]
+    return with_variant(settings, overrides, algo) if overrides else settings
