@@ -71,7 +71,7 @@ from benchmarks.protocol import (
     read_run_records,
 )
 from benchmarks.statistics import central_name, iqm_with_interval, plot_performance_profiles, probability_of_improvement
-from benchmarks.summary import compared_returns, last_points, threshold_summary
+from benchmarks.summary import compared_returns, held_crossing, last_points, threshold_summary
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = REPO_ROOT / "benchmarks" / "tables.yml"
@@ -502,9 +502,13 @@ def search_table(entry: dict[str, Any], root: Path) -> str:
     search is a step-based run on a seed below 100, on the same grid and software as the others (the protocol's
     comparison check). Below the table, how many of the declared runs (``candidates`` x ``envs`` x ``seeds``) are
     in, and which are still needed; a run outside the declared grid (an earlier question's variant on the same
-    grid) is shown too, then the data folders and the ``recipe`` that makes them.
+    grid) is shown too, then the data folders and the ``recipe`` that makes them. With a ``target`` return instead
+    of ``last``, the criterion is the steps to it: per run its held crossing (:func:`benchmarks.summary.held_crossing`,
+    the tables' rule; a run that never holds it counts at the budget), per candidate their median over seeds, lower
+    better.
     """
-    budget, last, drop = int(entry["budget"]), int(entry["last"]), float(entry.get("drop", 1000))
+    budget, drop, target = int(entry["budget"]), float(entry.get("drop", 1000)), entry.get("target")
+    last = None if target is not None else int(entry["last"])
     runs: dict[tuple[str, str, int], list[EvalPoint]] = {}
     records = []
     for folder, env in ((root / folder, env) for folder in entry["data"] for env in entry["envs"]):
@@ -518,26 +522,38 @@ def search_table(entry: dict[str, Any], root: Path) -> str:
     if tuning:
         raise ProtocolError(f"search {entry['name']}: seeds {sorted(set(tuning))} are reporting seeds, not tuning seeds")
     check_comparison(records, f"search {entry['name']}")
-    header = ["candidate", "env", "seed", f"mean of the last {last} evaluations", f"drops > {drop:.0f}, second half",
-              "evaluations with std 0", "criterion (mean over seeds)"]  # fmt: skip
+    episodes = {(record["algo"], record["env"], record["seed"]): int(record["eval_episodes"]) for record in records}
+    measure = f"mean of the last {last} evaluations" if last else f"steps to {number(target)}, held"
+    header = ["candidate", "env", "seed", measure, f"drops > {drop:.0f}, second half", "evaluations with std 0",
+              f"criterion ({'median' if last is None else 'mean'} over seeds)"]  # fmt: skip
     rows, by_algo, out = [], {}, set()
     for (algo, env, seed), run in sorted(runs.items()):
         run.sort(key=lambda point: point.steps)
-        tail = run[-last:]
-        mean = float(np.mean([point.eval_mean for point in tail]))
+        if last is None:
+            crossing = held_crossing(run, float(target), episodes[(algo, env, seed)], budget)
+            score = crossing.steps if crossing else budget
+            cell = f"{score // 1000}k" if crossing else f"not held by {budget // 1000}k"
+        else:
+            tail = run[-last:]
+            score = float(np.mean([point.eval_mean for point in tail]))
+            cell = f"{number(score)} ({tail[0].steps // 1000}k-{tail[-1].steps // 1000}k steps)"
+            score = human_normalized(env, score) if is_atari(env) else score
         drops = sum(b.eval_mean - a.eval_mean < -drop for a, b in itertools.pairwise(run) if b.steps > budget / 2)
         one_way = sum(point.eval_std == 0 and point.steps > 0 for point in run)
         if one_way and entry.get("std_0_out", False):
             out.add(algo)
-        by_algo.setdefault(algo, []).append(human_normalized(env, mean) if is_atari(env) else mean)
-        rows.append([f"`{algo}`", env, str(seed), f"{number(mean)} ({tail[0].steps // 1000}k-{tail[-1].steps // 1000}k steps)",
-                     str(drops), str(one_way), ""])  # fmt: skip
+        by_algo.setdefault(algo, []).append(score)
+        rows.append([f"`{algo}`", env, str(seed), cell, str(drops), str(one_way), ""])
     for row in rows:
         algo = row[0].strip("`")
         scores = by_algo.pop(algo, None)
         if scores is not None:
-            form, normalised = (".3f", " human-normalised") if is_atari(row[1]) else (None, "")
-            row[-1] = f"{number(float(np.mean(scores)), form)}{normalised} ({len(scores)} run{'s' * (len(scores) > 1)})"
+            runs_cell = f"({len(scores)} run{'s' * (len(scores) > 1)})"
+            if last is None:
+                row[-1] = f"{float(np.median(scores)) / 1000:g}k steps {runs_cell}"
+            else:
+                form, normalised = (".3f", " human-normalised") if is_atari(row[1]) else (None, "")
+                row[-1] = f"{number(float(np.mean(scores)), form)}{normalised} {runs_cell}"
             row[-1] = f"out: an evaluation with std 0 ({row[-1]})" if algo in out else row[-1]
     declared = [(algo, env, seed) for algo in entry["candidates"] for env in entry["envs"] for seed in entry["seeds"]]
     missing = [(algo, env, seed) for algo, env, seed in declared if (algo, env, seed) not in runs]

@@ -672,6 +672,31 @@ def test_a_search_is_read_by_its_declared_criterion_and_says_which_runs_it_lacks
         tables_main(root)
 
 
+def test_a_search_with_a_target_is_read_by_the_held_steps_to_it(tmp_path):
+    """``target``: the criterion is the median over seeds of each run's held steps to the return (std 0 here, so a
+    held crossing needs the next two evaluations at or above it); a run that never holds it counts at the budget."""
+    search = {"name": "s", "page": "docs/results.md", "envs": ["Env-v0"], "data": ["data/s"], "budget": 5000,
+              "target": 50, "candidates": ["impact", "impact[ent_coef=0.01]"], "seeds": [0, 1, 2],
+              "recipe": "benchmarks/recipes/tuning.sh"}  # fmt: skip
+    root = repository(tmp_path, [], [])
+    manifest = yaml.safe_load((root / "benchmarks" / "tables.yml").read_text())
+    (root / "benchmarks" / "tables.yml").write_text(yaml.safe_dump({**manifest, "searches": [search]}))
+    with (root / "docs" / "results.md").open("a") as page:
+        page.write("<!-- generated: s -->\n<!-- end generated: s -->\n")
+    write_table(root / "data" / "s", "Env-v0", {("impact", 0): [0, 50, 10, 50, 50, 50],  # 1000 not held: 3000
+                                                ("impact", 1): [0, 10, 50, 50, 50, 50],  # 2000
+                                                ("impact", 2): [0, 10, 20, 30, 40, 45],  # never: the budget
+                                                ("impact[ent_coef=0.01]", 0): [0, 50, 50, 50, 40, 60]})  # fmt: skip
+    tables_main(root)
+    page = (root / "docs" / "results.md").read_text()
+    assert "| candidate | env | seed | steps to 50.0, held | drops > 1000, second half |" in page
+    assert "| `impact` | Env-v0 | 0 | 3k | 0 | 5 | 3k steps (3 runs) |" in page
+    assert "| `impact` | Env-v0 | 1 | 2k | 0 | 5 |  |" in page
+    assert "| `impact` | Env-v0 | 2 | not held by 5k | 0 | 5 |  |" in page
+    # 1000 is followed by 50, 50: held, though 40 comes later.
+    assert "| `impact[ent_coef=0.01]` | Env-v0 | 0 | 1k | 0 | 5 | 1k steps (1 run) |" in page
+
+
 def test_a_search_whose_criterion_puts_out_a_policy_that_plays_one_way_says_so_and_needs_no_more_of_its_runs(tmp_path):
     search = {"name": "s", "page": "docs/results.md", "envs": ["Env-v0"], "data": ["data/s"], "budget": 4000,
               "last": 2, "candidates": ["impact", "impact[ent_coef=0.01]"], "seeds": [0, 1], "std_0_out": True,

@@ -102,6 +102,14 @@ python -m benchmarks run --algos "ppo_amber[replay_length=8]" "ppo_amber[replay_
     --first-seed 1 --seeds 1 "${GRID_1M[@]}" --jobs 2 --order interleaved \
     --plot-diagnostics active_batches replay_ratio_min std --out "$OUT/ppo_amber_hopper_seed1_rest"
 
+# search-ptr-ppo-cartpole (docs/algorithms/ptr_ppo.md, "Does the collector or the amount of replay cost the CartPole-v1
+# row its steps?"), declared 2026-12-07 before its runs: the entry (process collector, 10 replay rounds) against the
+# synchronous collector with 10, 5 and 2 replay rounds, SB3 PPO beside them (with replay off and synchronous
+# collection PTR-PPO is PPO: tests/test_ptr_ppo.py), the row's budget and grid, tuning seeds 0-4, one invocation.
+python -m benchmarks run --algos ppo ptr_ppo "ptr_ppo[collector=sync]" "ptr_ppo[collector=sync,replay_rounds=5]" \
+    "ptr_ppo[collector=sync,replay_rounds=2]" --env CartPole-v1 --first-seed 0 --seeds 5 --steps 100000 \
+    --eval-freq 5000 --eval-episodes 10 --torch-threads 1 --order interleaved --out "$OUT/ptr_ppo_cartpole_replay"
+
 # search-ptr-ppo-atari (docs/algorithms/ptr_ppo.md): ent_coef 0.01 and the entry at 160k steps, a folder per game:
 # ent_coef 0.01 on seed 0 of UpNDown (where the entry collapsed), Qbert and Breakout; the entry on UpNDown, seeds
 # 0-1 (it is out of the search there by its criterion, so it runs no other game); then ent_coef 0.01's other runs.
