@@ -107,6 +107,12 @@ python -m benchmarks run --algos ppo ptr_ppo --env CartPole-v1 --first-seed 100 
 # Its ablation (replay off, all else equal), appended on the same seeds in a later sitting (issue 64).
 python -m benchmarks run --algos "ptr_ppo[replay_rounds=0]" --env CartPole-v1 --first-seed 100 --seeds 3 --steps 100000 \
     --eval-freq 5000 --eval-episodes 10 --jobs 1 --torch-threads 1 --append --baseline ppo --out "$OUT/ptr_ppo_ppo_cartpole"
+# The row after its search (ptr_ppo.yml, CartPole-v1: 5 replay rounds, synchronous collection; the Tuning log) on
+# fresh seeds, PPO and the ablation beside it in one invocation (issue 64). With replay off and synchronous
+# collection the ablation is SB3 PPO's update (tests/test_ptr_ppo.py); it runs all the same, as the row's ablation.
+python -m benchmarks run --algos ppo ptr_ppo "ptr_ppo[replay_rounds=0]" --env CartPole-v1 --first-seed 200 --seeds 5 \
+    --steps 100000 --eval-freq 5000 --eval-episodes 10 --jobs 1 --torch-threads 1 --order interleaved \
+    --out "$OUT/ptr_ppo_ppo_cartpole_200"
 
 # PTR-PPO under the Atari protocol: 160k steps (the paper's Table 2 budget), 10 stochastic whole games every 20k.
 python -m benchmarks run --algos ppo ptr_ppo --env AtlantisNoFrameskip-v4 QbertNoFrameskip-v4 UpNDownNoFrameskip-v4 \
