@@ -645,15 +645,21 @@ def test_a_table_of_some_of_a_folders_algos_sets_a_method_against_a_second_ablat
         tables_main(root)
 
 
-def test_a_search_is_read_by_its_declared_criterion_and_says_which_runs_it_lacks(tmp_path):
-    search = {"name": "s", "page": "docs/results.md", "envs": ["Env-v0"], "data": ["data/s"], "budget": 4000,
-              "last": 2, "drop": 10, "candidates": ["impact", "impact[ent_coef=0.01]"], "seeds": [0, 1],
-              "recipe": "benchmarks/recipes/tuning.sh"}  # fmt: skip
+def search_repository(tmp_path: Path, search: dict) -> Path:
+    """A repository root whose manifest declares ``search`` alone, its table's block on the results page."""
     root = repository(tmp_path, [], [])
     manifest = yaml.safe_load((root / "benchmarks" / "tables.yml").read_text())
     (root / "benchmarks" / "tables.yml").write_text(yaml.safe_dump({**manifest, "searches": [search]}))
     with (root / "docs" / "results.md").open("a") as page:
-        page.write("<!-- generated: s -->\n<!-- end generated: s -->\n")
+        page.write(f"<!-- generated: {search['name']} -->\n<!-- end generated: {search['name']} -->\n")
+    return root
+
+
+def test_a_search_is_read_by_its_declared_criterion_and_says_which_runs_it_lacks(tmp_path):
+    search = {"name": "s", "page": "docs/results.md", "envs": ["Env-v0"], "data": ["data/s"], "budget": 4000,
+              "last": 2, "drop": 10, "candidates": ["impact", "impact[ent_coef=0.01]"], "seeds": [0, 1],
+              "recipe": "benchmarks/recipes/tuning.sh"}  # fmt: skip
+    root = search_repository(tmp_path, search)
     # Evaluated at 0, 1000, ..., 5000 steps (std 0 in every evaluation); 5000 is past the budget and not counted.
     write_table(root / "data" / "s", "Env-v0", {("impact", 0): [0, 50, 60, 30, 40, 999],
                                                 ("impact", 1): [0, 10, 20, 30, 40, 999],
@@ -678,11 +684,7 @@ def test_a_search_with_a_target_is_read_by_the_held_steps_to_it(tmp_path):
     search = {"name": "s", "page": "docs/results.md", "envs": ["Env-v0"], "data": ["data/s"], "budget": 5000,
               "target": 50, "candidates": ["impact", "impact[ent_coef=0.01]"], "seeds": [0, 1, 2],
               "recipe": "benchmarks/recipes/tuning.sh"}  # fmt: skip
-    root = repository(tmp_path, [], [])
-    manifest = yaml.safe_load((root / "benchmarks" / "tables.yml").read_text())
-    (root / "benchmarks" / "tables.yml").write_text(yaml.safe_dump({**manifest, "searches": [search]}))
-    with (root / "docs" / "results.md").open("a") as page:
-        page.write("<!-- generated: s -->\n<!-- end generated: s -->\n")
+    root = search_repository(tmp_path, search)
     write_table(root / "data" / "s", "Env-v0", {("impact", 0): [0, 50, 10, 50, 50, 50],  # 1000 not held: 3000
                                                 ("impact", 1): [0, 10, 50, 50, 50, 50],  # 2000
                                                 ("impact", 2): [0, 10, 20, 30, 40, 45],  # never: the budget
@@ -701,11 +703,7 @@ def test_a_search_whose_criterion_puts_out_a_policy_that_plays_one_way_says_so_a
     search = {"name": "s", "page": "docs/results.md", "envs": ["Env-v0"], "data": ["data/s"], "budget": 4000,
               "last": 2, "candidates": ["impact", "impact[ent_coef=0.01]"], "seeds": [0, 1], "std_0_out": True,
               "recipe": "benchmarks/recipes/tuning.sh"}  # fmt: skip
-    root = repository(tmp_path, [], [])
-    manifest = yaml.safe_load((root / "benchmarks" / "tables.yml").read_text())
-    (root / "benchmarks" / "tables.yml").write_text(yaml.safe_dump({**manifest, "searches": [search]}))
-    with (root / "docs" / "results.md").open("a") as page:
-        page.write("<!-- generated: s -->\n<!-- end generated: s -->\n")
+    root = search_repository(tmp_path, search)
     write_table(root / "data" / "s", "Env-v0", {("impact", 0): [0, 50, 60, 30, 40]})
 
     def with_std(stds: list[float]) -> None:
