@@ -165,9 +165,9 @@ python -m benchmarks run --algos sac sac_refer "sac_refer[refer_penalize_std=Fal
 # search-vracer-walker2d-anneal (docs/algorithms/vracer.md, "Does the paper's annealing rate stop the late swings on
 # Walker2d-v5?"), declared 2026-12-06 before its runs: the paper's A = 5e-7 (c_max and the learning rate annealed
 # by eq. 13 to 1/1.5 of their start over 1M steps; the entry's 7.8e-8 anneals them by 7%) beside the entry, Walker2d-v5
-# at the row's budget and grid, tuning seeds 0-1. It ran as three invocations (about an hour a run here): seed 0's
-# pair one run at a time beside other work (2026-12-07), seed 1's candidate into its own folder beside it, and seed
-# 1's entry appended to that folder in a later sitting on the same machine kind.
+# at the row's budget and grid, tuning seeds 0-1. Seed 0's pair ran one run at a time beside other work (2026-12-07,
+# about an hour a run here), seed 1's candidate into its own folder beside it; the candidate failed the criterion
+# on seed 0, so seed 1's entry (the last line) was not needed and has not run.
 python -m benchmarks run --algos vracer "vracer[refer_a=5e-7]" --env Walker2d-v5 --first-seed 0 --seeds 1 \
     "${GRID_1M[@]}" --jobs 1 --order interleaved --plot-diagnostics action_log_std learning_rate c_max far_fraction \
     --out "$OUT/vracer_walker2d_anneal"
