@@ -48,6 +48,7 @@ import difflib
 import itertools
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -491,6 +492,37 @@ def atari_row(table: Table, row: dict[str, Any]) -> list[str]:
     ]
 
 
+def on_time_grid(point: EvalPoint, eval_seconds: float) -> EvalPoint:
+    """``point`` of a wall-clock run with its ``steps`` replaced by its place on the run's evaluation grid, in seconds
+    (an evaluation due at 600 s starts a little after it)."""
+    return replace(point, steps=int(eval_seconds * round(point.wall_seconds / eval_seconds)))
+
+
+def search_runs(entry: dict[str, Any], root: Path) -> tuple[dict[tuple[str, str, int], list[EvalPoint]], list[dict]]:
+    """A search's evaluations up to its budget by (algo, env, seed), on its clock (steps, or with ``seconds`` the time
+    grid), and the records of those runs; runs named by ``renamed`` carry the variant's name in both."""
+    runs: dict[tuple[str, str, int], list[EvalPoint]] = {}
+    records = []
+    for folder, env in ((root / folder, env) for folder in entry["data"] for env in entry["envs"]):
+        if not (folder / f"{env}.csv").is_file():
+            continue
+        by_run, where = read_run_records(folder, env), str(folder.relative_to(root))
+        renamed = entry.get("renamed", {}).get(where, {})
+        for algo, seed in [key for key in by_run if key[0] in renamed]:
+            if not str(by_run[(algo, seed)]["commit"]).endswith("+dirty"):
+                raise ProtocolError(f"search {entry['name']}: {algo} seed {seed} in {where} ran from a clean commit, "
+                                    "whose spec it ran: it cannot be renamed")  # fmt: skip
+            by_run[(renamed[algo], seed)] = {**by_run.pop((algo, seed)), "algo": renamed[algo]}
+        points = [replace(point, algo=renamed.get(point.algo, point.algo)) for point in read_csv(folder / f"{env}.csv")]
+        if "seconds" in entry:  # the steps' place taken by the evaluation's place on the time grid
+            points = [on_time_grid(point, by_run[(point.algo, point.seed)]["eval_seconds"]) for point in points]
+        points = [point for point in points if point.status == "ok" and point.steps <= int(entry["budget"])]
+        for point in points:
+            runs.setdefault((point.algo, env, point.seed), []).append(point)
+        records += [by_run[key] for key in sorted({(point.algo, point.seed) for point in points})]
+    return runs, records
+
+
 def search_table(entry: dict[str, Any], root: Path) -> str:
     """
     A tuning search (the manifest's ``searches``), by its criterion fixed in advance: per candidate, env and tuning
@@ -505,38 +537,37 @@ def search_table(entry: dict[str, Any], root: Path) -> str:
     grid) is shown too, then the data folders and the ``recipe`` that makes them. With a ``target`` return instead
     of ``last``, the criterion is the steps to it: per run its held crossing (:func:`benchmarks.summary.held_crossing`,
     the tables' rule; a run that never holds it counts at the budget), per candidate their median over seeds, lower
-    better.
+    better. A wall-clock search (runs with ``--max-seconds``, evaluated every ``--eval-seconds``) declares
+    ``seconds: [from, to]`` instead: its criterion is the mean of the evaluations whose place on the time grid lies
+    from ``from`` to ``to`` seconds of training, its ``budget`` is in seconds too. ``renamed`` (folder -> {algo:
+    variant}) names runs made from a working tree whose spec differed from the commit (their record's commit ends in
+    ``+dirty``) by the variant they ran.
     """
-    budget, drop, target = int(entry["budget"]), float(entry.get("drop", 1000)), entry.get("target")
-    last = None if target is not None else int(entry["last"])
-    runs: dict[tuple[str, str, int], list[EvalPoint]] = {}
-    records = []
-    for folder, env in ((root / folder, env) for folder in entry["data"] for env in entry["envs"]):
-        if (folder / f"{env}.csv").is_file():
-            points = [point for point in read_csv(folder / f"{env}.csv") if point.status == "ok" and point.steps <= budget]
-            for point in points:
-                runs.setdefault((point.algo, env, point.seed), []).append(point)
-            by_run = read_run_records(folder, env)
-            records += [by_run[key] for key in sorted({(point.algo, point.seed) for point in points})]
+    budget, drop = int(entry["budget"]), float(entry.get("drop", 1000))
+    target, window = entry.get("target"), entry.get("seconds")
+    last = None if target is not None or window is not None else int(entry["last"])
+    runs, records = search_runs(entry, root)
     tuning = [record["seed"] for record in records if record["seed"] >= FIRST_REPORTING_SEED]
     if tuning:
         raise ProtocolError(f"search {entry['name']}: seeds {sorted(set(tuning))} are reporting seeds, not tuning seeds")
     check_comparison(records, f"search {entry['name']}")
     episodes = {(record["algo"], record["env"], record["seed"]): int(record["eval_episodes"]) for record in records}
-    measure = f"mean of the last {last} evaluations" if last else f"steps to {number(target)}, held"
+    measure = (f"mean of the last {last} evaluations" if last else f"steps to {number(target)}, held" if target is not None
+               else f"mean of the evaluations at {window[0]}-{window[1]} s")  # fmt: skip
     header = ["candidate", "env", "seed", measure, f"drops > {drop:.0f}, second half", "evaluations with std 0",
-              f"criterion ({'median' if last is None else 'mean'} over seeds)"]  # fmt: skip
+              f"criterion ({'median' if target is not None else 'mean'} over seeds)"]  # fmt: skip
     rows, by_algo, out = [], {}, set()
     for (algo, env, seed), run in sorted(runs.items()):
         run.sort(key=lambda point: point.steps)
-        if last is None:
+        if target is not None:
             crossing = held_crossing(run, float(target), episodes[(algo, env, seed)], budget)
             score = crossing.steps if crossing else budget
             cell = f"{score // 1000}k" if crossing else f"not held by {budget // 1000}k"
         else:
-            tail = run[-last:]
+            tail = run[-last:] if last else [point for point in run if window[0] <= point.steps <= window[1]]
             score = float(np.mean([point.eval_mean for point in tail]))
-            cell = f"{number(score)} ({tail[0].steps // 1000}k-{tail[-1].steps // 1000}k steps)"
+            place = f"{tail[0].steps // 1000}k-{tail[-1].steps // 1000}k steps" if last else f"{len(tail)} evaluations"
+            cell = f"{number(score)} ({place})"
             score = human_normalized(env, score) if is_atari(env) else score
         drops = sum(b.eval_mean - a.eval_mean < -drop for a, b in itertools.pairwise(run) if b.steps > budget / 2)
         one_way = sum(point.eval_std == 0 and point.steps > 0 for point in run)
@@ -549,7 +580,7 @@ def search_table(entry: dict[str, Any], root: Path) -> str:
         scores = by_algo.pop(algo, None)
         if scores is not None:
             runs_cell = f"({len(scores)} run{'s' * (len(scores) > 1)})"
-            if last is None:
+            if target is not None:
                 row[-1] = f"{float(np.median(scores)) / 1000:g}k steps {runs_cell}"
             else:
                 form, normalised = (".3f", " human-normalised") if is_atari(row[1]) else (None, "")

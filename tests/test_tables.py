@@ -699,6 +699,44 @@ def test_a_search_with_a_target_is_read_by_the_held_steps_to_it(tmp_path):
     assert "| `impact[ent_coef=0.01]` | Env-v0 | 0 | 1k | 0 | 5 | 1k steps (1 run) |" in page
 
 
+def test_a_wall_clock_search_is_read_on_its_time_grid(tmp_path):
+    """``seconds: [from, to]``: the criterion is the mean of the evaluations whose place on the time grid (every
+    ``--eval-seconds``; each evaluation starts a little after its time) lies in the window; the budget is in seconds."""
+    search = {"name": "s", "page": "docs/results.md", "envs": ["Env-v0"], "data": ["data/s"], "budget": 5,
+              "seconds": [2, 4], "drop": 15, "candidates": ["impact", "impact[ent_coef=0.01]"], "seeds": [0],
+              "recipe": "benchmarks/recipes/peers.sh"}  # fmt: skip
+    root = search_repository(tmp_path, search)
+    late = [0.0, 1.3, 2.4, 3.1, 4.45, 5.2, 6.3]  # the evaluations due at 0, 1, ..., 6 s; 6 s is past the budget
+    curves = {"impact": [0, 10, 20, 30, 40, 20, 99], "impact[ent_coef=0.01]": [0, 30, 20, 40, 45, 50, 99]}
+    folder = root / "data" / "s"
+    write_csv([EvalPoint(algo, "Env-v0", 0, 700 * index, late[index], value, 1.0, machine="m")
+               for algo, values in curves.items() for index, value in enumerate(values)], folder / "Env-v0.csv")  # fmt: skip
+    for algo in curves:
+        write_run_record(folder, record(algo, "Env-v0", 0, steps=10**8, max_seconds=6, eval_freq=None, eval_seconds=1))
+    tables_main(root)
+    page = (root / "docs" / "results.md").read_text()
+    assert "| candidate | env | seed | mean of the evaluations at 2-4 s | drops > 15, second half |" in page
+    # impact: 20, 30, 40 at 2-4 s (mean 30); the drop from 40 to 20 comes at 5 s, in the budget's second half.
+    assert "| `impact` | Env-v0 | 0 | 30.0 (3 evaluations) | 1 | 0 | 30.0 (1 run) |" in page
+    assert "| `impact[ent_coef=0.01]` | Env-v0 | 0 | 35.0 (3 evaluations) | 0 | 0 | 35.0 (1 run) |" in page
+    assert "2 of the 2 declared runs so far." in page
+    # A run made from a working tree whose spec differed is named by the variant it ran; one from a clean commit is not.
+    other = root / "data" / "t"
+    write_csv([replace(point, algo="impact") for point in read_csv(folder / "Env-v0.csv") if point.algo != "impact"],
+              other / "Env-v0.csv")  # fmt: skip
+    dirty = record("impact", "Env-v0", 0, steps=10**8, max_seconds=6, eval_freq=None, eval_seconds=1, commit="0a+dirty")
+    write_run_record(other, dirty)
+    write_csv([point for point in read_csv(folder / "Env-v0.csv") if point.algo == "impact"], folder / "Env-v0.csv")
+    search |= {"data": ["data/s", "data/t"], "renamed": {"data/t": {"impact": "impact[ent_coef=0.01]"}}}
+    (root / "benchmarks" / "tables.yml").write_text(yaml.safe_dump({"tables": [], "readme": [], "searches": [search]}))
+    tables_main(root)
+    page = (root / "docs" / "results.md").read_text()
+    assert "| `impact[ent_coef=0.01]` | Env-v0 | 0 | 35.0 (3 evaluations) | 0 | 0 | 35.0 (1 run) |" in page
+    write_run_record(other, {**dirty, "commit": "0a"})
+    with pytest.raises(SystemExit, match=r"impact seed 0 in data/t ran from a clean commit"):
+        tables_main(root)
+
+
 def test_a_search_whose_criterion_puts_out_a_policy_that_plays_one_way_says_so_and_needs_no_more_of_its_runs(tmp_path):
     search = {"name": "s", "page": "docs/results.md", "envs": ["Env-v0"], "data": ["data/s"], "budget": 4000,
               "last": 2, "candidates": ["impact", "impact[ent_coef=0.01]"], "seeds": [0, 1], "std_0_out": True,
