@@ -57,8 +57,12 @@ python -m benchmarks run --algos impact "impact[learning_rate=2.5e-4]" "impact[l
     "rllib_appo[entropy_coeff=0.0,lr=2.5e-4,training.minibatch_size=128]" "rllib_appo[lr=2.5e-4,training.minibatch_size=128]" \
     --env BreakoutNoFrameskip-v4 --first-seed 0 --seeds 1 --steps 100000000 --max-seconds 600 --eval-seconds 60 \
     --eval-episodes 10 --jobs 1 --out "$OUT/tuning/breakout_600s_grid"
-# The Breakout rows on new reporting seeds with the adapted peer specs (issue 66), five seeds, each table one
-# invocation alone on the machine (about 2 hours each with the evaluations): to be run.
+# Ran 2026-12-07, 03:41-04:59 (docs/results.md, search-peers-breakout): IMPACT's winner is lr 2.5e-4 in 128-sample
+# minibatches with the bonus (6.8), APPO's lr 2.5e-4 without the bonus and without minibatches (1.6, random play
+# 1.7); they became impact.yml's atari entry and peers.yml's rllib_appo Breakout entry.
+# The Breakout rows on new reporting seeds with the searched specs (issue 66), five seeds, each table one
+# invocation alone on the machine (about 2 hours each with the evaluations; a sitting that cannot hold one stops it
+# with SIGTERM, which writes the finished runs, and the next appends the rest with --first-seed and --append).
 WALL_200=(--first-seed 200 --seeds 5 --steps 100000000 --eval-episodes 10 --jobs 1)
 python -m benchmarks run --algos impact rllib_appo --env BreakoutNoFrameskip-v4 "${WALL_200[@]}" --max-seconds 600 \
     --eval-seconds 60 --out "$OUT/peers_appo_breakout_200"
