@@ -531,9 +531,9 @@ def search_table(entry: dict[str, Any], root: Path) -> str:
     0 (a policy that plays one way); per candidate, the criterion: the mean of those means over seeds (and over
     games, human-normalised, for Atari). With ``std_0_out: true`` the criterion puts out a candidate with any
     evaluation of std 0 after step 0: its cell says so and its runs still to come are not needed. Every run of the
-    search is a step-based run on a seed below 100, on the same grid and software as the others (the protocol's
-    comparison check). Below the table, how many of the declared runs (``candidates`` x ``envs`` x ``seeds``) are
-    in, and which are still needed; a run outside the declared grid (an earlier question's variant on the same
+    search is on a seed below 100, on the same grid and software as the others (the protocol's comparison check).
+    Below the table, how many of the declared runs (``candidates`` x ``envs`` x ``seeds``) are in, and which are
+    still needed; a run outside the declared grid (an earlier question's variant on the same
     grid) is shown too, then the data folders and the ``recipe`` that makes them. With a ``target`` return instead
     of ``last``, the criterion is the steps to it: per run its held crossing (:func:`benchmarks.summary.held_crossing`,
     the tables' rule; a run that never holds it counts at the budget), per candidate their median over seeds, lower

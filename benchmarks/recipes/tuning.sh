@@ -175,3 +175,11 @@ python -m benchmarks run --algos "vracer[refer_a=5e-7]" --env Walker2d-v5 --firs
     --plot-diagnostics action_log_std learning_rate c_max far_fraction --out "$OUT/vracer_walker2d_anneal_seed1"
 python -m benchmarks run --algos vracer --env Walker2d-v5 --first-seed 1 --seeds 1 "${GRID_1M[@]}" --append \
     --out "$OUT/vracer_walker2d_anneal_seed1"
+# search-vracer-walker2d-kl-direction (docs/algorithms/vracer.md, "Does the penalty's direction widen the policy on
+# Walker2d-v5?"), declared 2026-12-07 before its runs: smarties' D_KL(pi || mu) beside the paper's D_KL(mu || pi),
+# Walker2d-v5 on the row's grid, tuning seeds 0-1; the entry's seed 0 is the annealing search's run above. Two
+# invocations at a time, one torch thread each.
+python -m benchmarks run --algos "vracer[kl_direction=pi_mu]" --env Walker2d-v5 --first-seed 0 --seeds 2 \
+    "${GRID_1M[@]}" --jobs 2 --plot-diagnostics action_log_std far_fraction beta kl_mu_pi --out "$OUT/vracer_walker2d_kl_direction"
+python -m benchmarks run --algos vracer --env Walker2d-v5 --first-seed 1 --seeds 1 "${GRID_1M[@]}" \
+    --plot-diagnostics action_log_std far_fraction beta kl_mu_pi --out "$OUT/vracer_walker2d_kl_direction_entry"
