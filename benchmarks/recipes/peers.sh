@@ -52,6 +52,15 @@ python -m benchmarks run --algos impala rllib_impala --env CartPole-v1 "${WALL[@
 # IMPACT's four. Criterion: the mean of the evaluations from 300 s to 600 s (7 points of 10 whole games); each side's
 # highest becomes its spec for the tables (IMPACT's atari entry in impact.yml, rllib_appo's Breakout entry in
 # benchmarks/peers.yml), its entry on a tie. One invocation, tuning seed 0, alone (about 85 minutes).
+# APPO's first two runs (2026-12-06, before the grid was declared, with the spec of then: lr 1e-4 and the bonus 0.01,
+# the second with the bonus set to 0.0 in peers.yml; written here as variants of today's spec, so a rerun names them
+# so rather than as the search's `renamed` entry does).
+python -m benchmarks run --algos "rllib_appo[entropy_coeff=0.01,lr=1e-4]" --env BreakoutNoFrameskip-v4 --first-seed 0 \
+    --seeds 1 --steps 100000000 --max-seconds 600 --eval-seconds 60 --eval-episodes 10 --jobs 1 \
+    --out "$OUT/tuning/rllib_appo_breakout_600s"
+python -m benchmarks run --algos "rllib_appo[lr=1e-4]" --env BreakoutNoFrameskip-v4 --first-seed 0 --seeds 1 \
+    --steps 100000000 --max-seconds 600 --eval-seconds 60 --eval-episodes 10 --jobs 1 \
+    --out "$OUT/tuning/rllib_appo_breakout_600s_ent0"
 python -m benchmarks run --algos impact "impact[learning_rate=2.5e-4]" "impact[learning_rate=2.5e-4,batch_size=128]" \
     "impact[learning_rate=2.5e-4,batch_size=128,ent_coef=0.0]" "rllib_appo[entropy_coeff=0.0,lr=2.5e-4]" \
     "rllib_appo[entropy_coeff=0.0,lr=2.5e-4,training.minibatch_size=128]" "rllib_appo[lr=2.5e-4,training.minibatch_size=128]" \
