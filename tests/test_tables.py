@@ -645,6 +645,13 @@ def test_a_table_of_some_of_a_folders_algos_sets_a_method_against_a_second_ablat
         tables_main(root)
 
 
+def declared_search(**fields) -> dict:
+    """A search ``s`` of ``impact`` and ``impact[ent_coef=0.01]`` on ``Env-v0`` (data/s), with ``fields`` (budget,
+    criterion, seeds...) added or replaced."""
+    return {"name": "s", "page": "docs/results.md", "envs": ["Env-v0"], "data": ["data/s"],
+            "candidates": ["impact", "impact[ent_coef=0.01]"], "recipe": "benchmarks/recipes/tuning.sh", **fields}  # fmt: skip
+
+
 def search_repository(tmp_path: Path, search: dict) -> Path:
     """A repository root whose manifest declares ``search`` alone, its table's block on the results page."""
     root = repository(tmp_path, [], [])
@@ -656,9 +663,7 @@ def search_repository(tmp_path: Path, search: dict) -> Path:
 
 
 def test_a_search_is_read_by_its_declared_criterion_and_says_which_runs_it_lacks(tmp_path):
-    search = {"name": "s", "page": "docs/results.md", "envs": ["Env-v0"], "data": ["data/s"], "budget": 4000,
-              "last": 2, "drop": 10, "candidates": ["impact", "impact[ent_coef=0.01]"], "seeds": [0, 1],
-              "recipe": "benchmarks/recipes/tuning.sh"}  # fmt: skip
+    search = declared_search(budget=4000, last=2, drop=10, seeds=[0, 1])
     root = search_repository(tmp_path, search)
     # Evaluated at 0, 1000, ..., 5000 steps (std 0 in every evaluation); 5000 is past the budget and not counted.
     write_table(root / "data" / "s", "Env-v0", {("impact", 0): [0, 50, 60, 30, 40, 999],
@@ -681,9 +686,7 @@ def test_a_search_is_read_by_its_declared_criterion_and_says_which_runs_it_lacks
 def test_a_search_with_a_target_is_read_by_the_held_steps_to_it(tmp_path):
     """``target``: the criterion is the median over seeds of each run's held steps to the return (std 0 here, so a
     held crossing needs the next two evaluations at or above it); a run that never holds it counts at the budget."""
-    search = {"name": "s", "page": "docs/results.md", "envs": ["Env-v0"], "data": ["data/s"], "budget": 5000,
-              "target": 50, "candidates": ["impact", "impact[ent_coef=0.01]"], "seeds": [0, 1, 2],
-              "recipe": "benchmarks/recipes/tuning.sh"}  # fmt: skip
+    search = declared_search(budget=5000, target=50, seeds=[0, 1, 2])
     root = search_repository(tmp_path, search)
     write_table(root / "data" / "s", "Env-v0", {("impact", 0): [0, 50, 10, 50, 50, 50],  # 1000 not held: 3000
                                                 ("impact", 1): [0, 10, 50, 50, 50, 50],  # 2000
@@ -702,9 +705,7 @@ def test_a_search_with_a_target_is_read_by_the_held_steps_to_it(tmp_path):
 def test_a_wall_clock_search_is_read_on_its_time_grid(tmp_path):
     """``seconds: [from, to]``: the criterion is the mean of the evaluations whose place on the time grid (every
     ``--eval-seconds``; each evaluation starts a little after its time) lies in the window; the budget is in seconds."""
-    search = {"name": "s", "page": "docs/results.md", "envs": ["Env-v0"], "data": ["data/s"], "budget": 5,
-              "seconds": [2, 4], "drop": 15, "candidates": ["impact", "impact[ent_coef=0.01]"], "seeds": [0],
-              "recipe": "benchmarks/recipes/peers.sh"}  # fmt: skip
+    search = declared_search(budget=5, seconds=[2, 4], drop=15, seeds=[0], recipe="benchmarks/recipes/peers.sh")
     root = search_repository(tmp_path, search)
     late = [0.0, 1.3, 2.4, 3.1, 4.45, 5.2, 6.3]  # the evaluations due at 0, 1, ..., 6 s; 6 s is past the budget
     curves = {"impact": [0, 10, 20, 30, 40, 20, 99], "impact[ent_coef=0.01]": [0, 30, 20, 40, 45, 50, 99]}
@@ -738,9 +739,7 @@ def test_a_wall_clock_search_is_read_on_its_time_grid(tmp_path):
 
 
 def test_a_search_whose_criterion_puts_out_a_policy_that_plays_one_way_says_so_and_needs_no_more_of_its_runs(tmp_path):
-    search = {"name": "s", "page": "docs/results.md", "envs": ["Env-v0"], "data": ["data/s"], "budget": 4000,
-              "last": 2, "candidates": ["impact", "impact[ent_coef=0.01]"], "seeds": [0, 1], "std_0_out": True,
-              "recipe": "benchmarks/recipes/tuning.sh"}  # fmt: skip
+    search = declared_search(budget=4000, last=2, seeds=[0, 1], std_0_out=True)
     root = search_repository(tmp_path, search)
     write_table(root / "data" / "s", "Env-v0", {("impact", 0): [0, 50, 60, 30, 40]})
 
