@@ -78,6 +78,13 @@ WALL_200=(--first-seed 200 --seeds 5 --steps 100000000 --eval-episodes 10 --jobs
 #     --steps 100000000 --eval-episodes 10 --jobs 1 --max-seconds 600 --eval-seconds 60 --append --out "$OUT/peers_appo_breakout_200"
 python -m benchmarks run --algos impact rllib_appo --env BreakoutNoFrameskip-v4 "${WALL_200[@]}" --max-seconds 600 \
     --eval-seconds 60 --out "$OUT/peers_appo_breakout_200"
+# Before IMPALA's table, a check declared 2026-12-07 before its run: the adapted rllib_impala (IMPALA's atari entry
+# carried over, its entropy bonus 0.01 with RLlib's unnormalised advantages, as ours) has not yet run on Breakout, and
+# APPO with the same bonus stayed at a uniform policy there. Tuning seed 0, both specs, one invocation alone (about
+# 25 minutes). Rule, fixed now: if rllib_impala's mean over the evaluations from 300 s to 600 s is at or below random
+# play (1.7), the table waits for a search of both sides declared as the Breakout search above; otherwise it runs.
+python -m benchmarks run --algos impala rllib_impala --env BreakoutNoFrameskip-v4 --first-seed 0 --seeds 1 \
+    --steps 100000000 --max-seconds 600 --eval-seconds 60 --eval-episodes 10 --jobs 1 --out "$OUT/tuning/impala_breakout_600s"
 python -m benchmarks run --algos impala rllib_impala --env BreakoutNoFrameskip-v4 "${WALL_200[@]}" --max-seconds 600 \
     --eval-seconds 60 --out "$OUT/peers_impala_breakout_200"
 
