@@ -73,7 +73,8 @@ python -m benchmarks run --algos impact "impact[learning_rate=2.5e-4]" "impact[l
 # invocation alone on the machine (about 2 hours each with the evaluations; a sitting that cannot hold one stops it
 # with SIGTERM, which writes the finished runs, and the next appends the rest with --first-seed and --append).
 WALL_200=(--first-seed 200 --seeds 5 --steps 100000000 --eval-episodes 10 --jobs 1)
-# Seeds 200-202 ran 2026-12-07 (05:14-06:23; stopped during seed 203, whose interrupted run left the data); the rest:
+# Seeds 200-202 ran 2026-12-07 (05:14-06:23; stopped during seed 203, whose interrupted run left the data); seeds
+# 203-204 were appended the same day (08:50-09:35, the same machine kind and software) with:
 # python -m benchmarks run --algos impact rllib_appo --env BreakoutNoFrameskip-v4 --first-seed 203 --seeds 2 \
 #     --steps 100000000 --eval-episodes 10 --jobs 1 --max-seconds 600 --eval-seconds 60 --append --out "$OUT/peers_appo_breakout_200"
 python -m benchmarks run --algos impact rllib_appo --env BreakoutNoFrameskip-v4 "${WALL_200[@]}" --max-seconds 600 \
