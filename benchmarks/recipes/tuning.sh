@@ -186,6 +186,9 @@ python -m benchmarks run --algos vracer --env Walker2d-v5 --first-seed 1 --seeds
     --plot-diagnostics action_log_std far_fraction beta kl_mu_pi --out "$OUT/vracer_walker2d_kl_direction_entry"
 # search-vracer-walker2d-memory (docs/algorithms/vracer.md, "Does a longer memory stop the late falls on
 # Walker2d-v5?"), declared 2026-12-07 before its runs: the paper's 2^18-step memory beside the entry's 2^16,
-# Walker2d-v5 on the row's grid, tuning seeds 0-1; the entry's two runs are those of the searches above.
+# Walker2d-v5 on the row's grid, tuning seeds 0-1; the entry's two runs are those of the searches above. Ran
+# 2026-12-07, 10:09-11:05 (two runs on two cores): the memory holds 2^18 steps and the policy widens more slowly, but
+# the falls stay (3 and 6 drops after 500k against 3 and 5) and it walks worse (2672 and 2323 from 800k against 3608
+# and 2580); out on both seeds, the entry stays.
 python -m benchmarks run --algos "vracer[buffer_size=262144]" --env Walker2d-v5 --first-seed 0 --seeds 2 \
     "${GRID_1M[@]}" --jobs 2 --plot-diagnostics action_log_std far_fraction beta memory_steps --out "$OUT/vracer_walker2d_memory"
