@@ -87,7 +87,7 @@ python -m benchmarks run --algos impact rllib_appo --env BreakoutNoFrameskip-v4 
 python -m benchmarks run --algos impala rllib_impala --env BreakoutNoFrameskip-v4 --first-seed 0 --seeds 1 \
     --steps 100000000 --max-seconds 600 --eval-seconds 60 --eval-episodes 10 --jobs 1 --out "$OUT/tuning/impala_breakout_600s"
 # Ran 2026-12-07, 11:05-11:28 (alone): rllib_impala 1.1 over 300-600 s (its entropy at ln 4 all run), IMPALA 7.7; by
-# the rule the table waits. The search of both sides, declared 2026-12-07 (11:35) before its runs: each side's check
+# the rule the table waits. The search of both sides, declared 2026-12-07 (commit a969163, 11:31) before its runs: each side's check
 # run counts as its first setting; two more each, the same changes on both sides: the learning rate of RLlib's own
 # Atari example (0.007, which learned Breakout in the seeds 100-102 table with RLlib's env) and no entropy bonus.
 # Criterion as the Breakout search's: the mean of the evaluations from 300 s to 600 s, tuning seed 0; each side's
