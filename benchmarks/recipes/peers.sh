@@ -104,6 +104,13 @@ python -m benchmarks run --algos "impala[learning_rate=0.007]" "impala[ent_coef=
 #     --steps 100000000 --eval-episodes 10 --jobs 1 --max-seconds 600 --eval-seconds 60 --append --out "$OUT/peers_impala_breakout_200"
 python -m benchmarks run --algos impala rllib_impala --env BreakoutNoFrameskip-v4 "${WALL_200[@]}" --max-seconds 600 \
     --eval-seconds 60 --out "$OUT/peers_impala_breakout_200"
+# Why RLlib's IMPALA stays at random play on our env (docs/results.md), a diagnosis declared 2026-12-07 before its
+# run: slower per second, or stalled per step? The table's rllib_impala given 1M steps (1.8x what IMPALA samples in
+# 600 s), step-based, so it may share the machine; tuning seed 0. Rule, fixed now, on the mean of its evaluations
+# from 550k to 1M steps and its entropy at 1M: above 3.4 (twice random play) it is slower, not stalled; at or below
+# 1.7 with the entropy at or above 1.35 it is stalled per step on our env; between, reported without a verdict.
+python -m benchmarks run --algos rllib_impala --env BreakoutNoFrameskip-v4 --first-seed 0 --seeds 1 --steps 1000000 \
+    --eval-freq 50000 --eval-episodes 10 --jobs 1 --out "$OUT/tuning/rllib_impala_breakout_1m"
 
 # Sample Factory 2.1.1 (sf_appo: its examples' settings on two cores, benchmarks/peers.yml) in an environment of its
 # own: it pins gymnasium < 1.0, so the MuJoCo table runs HalfCheetah-v4 on both sides (IMPACT's v5 entry serves
