@@ -99,7 +99,8 @@ python -m benchmarks run --algos "impala[learning_rate=0.007]" "impala[ent_coef=
 # Ran 2026-12-07, 11:31-12:16 (alone, docs/results.md): none of RLlib's three leaves random play (entry 1.10, lr 0.007
 # 1.13, no bonus 1.02; entropy at ln 4); IMPALA's entry 7.7 (lr 0.007 1.3, no bonus 1.9). The specs: IMPALA's entry;
 # rllib_impala's lr 0.007 (peers.yml), by the criterion as written.
-# Seed 200 ran 2026-12-07 (12:25-12:47, alone; stopped with SIGTERM as seed 201 began); the rest is appended with:
+# Seed 200 ran 2026-12-07 (12:25-12:47, alone; stopped with SIGTERM as seed 201 began); seeds 201-204 were appended
+# the same day (13:25-14:57, alone) with:
 # python -m benchmarks run --algos impala rllib_impala --env BreakoutNoFrameskip-v4 --first-seed 201 --seeds 4 \
 #     --steps 100000000 --eval-episodes 10 --jobs 1 --max-seconds 600 --eval-seconds 60 --append --out "$OUT/peers_impala_breakout_200"
 python -m benchmarks run --algos impala rllib_impala --env BreakoutNoFrameskip-v4 "${WALL_200[@]}" --max-seconds 600 \
