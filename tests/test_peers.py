@@ -148,7 +148,7 @@ def test_rllib_impala_carries_impalas_entry_over(env_id):
     batch = ours["n_envs"] * ours["n_steps"]
     assert runners["num_envs_per_env_runner"] * runners["rollout_fragment_length"] == batch
     assert training["train_batch_size_per_learner"] == batch and training["gamma"] == ours["gamma"]
-    # The declared Breakout search (benchmarks/peers.yml, docs/benchmarks/results.md) chose RLlib's Atari example's
+    # The declared Breakout search (benchmarks/peers.yml, docs/results.md) chose RLlib's Atari example's
     # lr 0.007 for RLlib on tuning seed 0; everything else stays our entry's.
     searched = {"lr": 0.007} if env_id == "BreakoutNoFrameskip-v4" else {}
     assert training["lr"] == searched.get("lr", learning_rate(ours)) and training["grad_clip"] == ours["max_grad_norm"]
