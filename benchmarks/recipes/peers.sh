@@ -110,6 +110,7 @@ python -m benchmarks run --algos impala rllib_impala --env BreakoutNoFrameskip-v
 # 600 s), step-based, so it may share the machine; tuning seed 0. Rule, fixed now, on the mean of its evaluations
 # from 550k to 1M steps and its entropy at 1M: above 3.4 (twice random play) it is slower, not stalled; at or below
 # 1.7 with the entropy at or above 1.35 it is stalled per step on our env; between, reported without a verdict.
+# Ran 2026-12-07 (18:09-18:43): stalled per step (1.24, entropy 1.379).
 python -m benchmarks run --algos rllib_impala --env BreakoutNoFrameskip-v4 --first-seed 0 --seeds 1 --steps 1000000 \
     --eval-freq 50000 --eval-episodes 10 --jobs 1 --out "$OUT/tuning/rllib_impala_breakout_1m"
 
