@@ -76,17 +76,21 @@ class AtStep(BaseCallback):
         return True
 
 
-class StopAtMeanReturn(BaseCallback):
-    def __init__(self, threshold: float) -> None:
-        super().__init__()
-        self.threshold = threshold
+def mean_return(model) -> float:
+    """Mean Monitor return of the last episodes (``ep_info_buffer``), -inf before 20 episodes have ended."""
+    buffer = model.ep_info_buffer
+    return float(np.mean([info["r"] for info in buffer])) if len(buffer) >= 20 else -np.inf
 
-    def mean_return(self) -> float:
-        buffer = self.model.ep_info_buffer
-        return float(np.mean([info["r"] for info in buffer])) if len(buffer) >= 20 else -np.inf
+
+class StopWhen(BaseCallback):
+    """Stops ``learn()`` once ``condition(model)`` holds, checked every ``every`` vector steps."""
+
+    def __init__(self, condition, every: int = 10) -> None:
+        super().__init__()
+        self.condition, self.every = condition, every
 
     def _on_step(self) -> bool:
-        return self.mean_return() < self.threshold
+        return self.n_calls % self.every != 0 or not self.condition(self.model)
 
 
 def test_importing_sb3_impact_does_not_import_ray():
@@ -156,9 +160,8 @@ def test_impact_learns_cartpole_with_ray_workers(local_ray):
         seed=0,
         device="cpu",
     )
-    stop = StopAtMeanReturn(150.0)
-    model.learn(60_000, callback=stop)
-    assert stop.mean_return() >= 150.0, f"mean return {stop.mean_return():.1f} after {model.num_timesteps} steps"
+    model.learn(60_000, callback=StopWhen(lambda model: mean_return(model) >= 150.0, every=1))
+    assert mean_return(model) >= 150.0, f"mean return {mean_return(model):.1f} after {model.num_timesteps} steps"
     # The steps of the remote environments are counted and replayed to callbacks (Monitor episode infos)
     assert model.trained_steps <= model.num_timesteps <= model.sampled_steps
     assert model.sampled_steps == model.trained_steps + model.dropped_steps
@@ -352,17 +355,6 @@ def stored_episodes_are_whole(memory) -> list[int]:
 def episode_tags(memory) -> set[float]:
     """The tags (TaggedStepsEnv: one per environment instance) of the episodes an episode memory holds."""
     return {float(memory.observations[""][episode.start, 0]) for episode in memory.episodes}
-
-
-class StopWhen(BaseCallback):
-    """Stops ``learn()`` once ``condition(model)`` holds, checked every ``every`` vector steps."""
-
-    def __init__(self, condition, every: int = 10) -> None:
-        super().__init__()
-        self.condition, self.every = condition, every
-
-    def _on_step(self) -> bool:
-        return self.n_calls % self.every != 0 or not self.condition(self.model)
 
 
 def test_vracer_memory_takes_episodes_from_every_ray_worker(local_ray):
