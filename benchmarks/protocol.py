@@ -67,6 +67,44 @@ def is_atari(env_id: str) -> bool:
     return "NoFrameskip" in env_id or env_id.startswith("ALE/")
 
 
+def stacked_frames(env: Any, frames: int, channels_order: str) -> Any:
+    """
+    ``env`` (one Atari env of ours, single 84x84 frames) giving its last ``frames`` frames stacked as our
+    ``VecFrameStack`` stacks one env's (SB3's ``StackedObservations``: zeros before an episode's first frame),
+    channel ``first`` (as ``VecTransposeImage`` then gives them, for Sample Factory) or ``last`` (as RLlib's env runner
+    passes frames on), in the env itself, so that a peer trains on the frames our policies get. Uses only what SB3 and
+    gymnasium 0.29 and 1.x share: it runs in each peer's environment and ours (tests/test_peers.py compares frames).
+    """
+    import gymnasium as gym
+    import numpy as np
+    from stable_baselines3.common.vec_env.stacked_observations import StackedObservations
+
+    if channels_order not in ("first", "last"):
+        raise ValueError(f"channels_order is 'first' or 'last', got {channels_order!r}")
+
+    def oriented(frame: Any) -> Any:  # one frame (height, width, channels) as the stack holds it, for one env
+        return (frame.transpose(2, 0, 1) if channels_order == "first" else frame)[None]
+
+    class StackedFrames(gym.Wrapper):
+        def __init__(self, env: Any) -> None:
+            super().__init__(env)
+            space = env.observation_space
+            space = gym.spaces.Box(oriented(space.low)[0], oriented(space.high)[0], dtype=space.dtype)
+            self.stacked = StackedObservations(1, frames, space, channels_order=channels_order)
+            self.observation_space = self.stacked.stacked_observation_space
+
+        def reset(self, **kwargs: Any) -> Any:
+            frame, info = self.env.reset(**kwargs)
+            return self.stacked.reset(oriented(frame))[0], info
+
+        def step(self, action: Any) -> Any:
+            frame, reward, terminated, truncated, info = self.env.step(action)
+            stacked, _ = self.stacked.update(oriented(frame), np.zeros(1, bool), [{}])
+            return stacked[0], reward, terminated, truncated, info
+
+    return StackedFrames(env)
+
+
 class ProtocolError(ValueError):
     """A table or an invocation that breaks the measurement protocol; the message names the difference."""
 

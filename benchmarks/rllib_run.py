@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from benchmarks.protocol import is_atari
+from benchmarks.protocol import is_atari, stacked_frames
 from benchmarks.variants import entry_settings, split_variant
 
 # The peers' placement, the RLlib metrics kept at each point and the settings per algo and env (their comments say
@@ -154,9 +154,11 @@ def peer_env(env_id: str, settings: dict[str, Any], evaluation: bool = False) ->
     One env of the run, built alike for training (RLlib's env runner) and, with ``evaluation``, for SB3's
     ``evaluate_policy`` (:func:`evaluation_env`), which counts the Monitor's episodes (whole games, raw scores).
     ``env: sb3``: one of ours, as :func:`benchmarks.config.make_training_env` builds it (Monitor, then SB3's
-    AtariWrapper on Atari); in training, Atari frames scaled to [0, 1] as SB3's CnnPolicy scales them, and with
-    ``normalize_reward`` rewards scaled and clipped as VecNormalize's defaults do. ``env: rllib``: the env of RLlib's
-    examples (Atari: :func:`rllib_atari_env`). docs/guide/benchmarks.md, "Peers", says what each side gets.
+    AtariWrapper on Atari); in training, Atari frames scaled to [0, 1] as SB3's CnnPolicy scales them; with
+    ``frame_stack: wrapper``, 4 frames stacked in the env as VecFrameStack stacks them (the entries let RLlib's
+    connectors stack them); with ``normalize_reward``, rewards scaled and clipped as VecNormalize's defaults do.
+    ``env: rllib``: the env of RLlib's examples (Atari: :func:`rllib_atari_env`). docs/guide/benchmarks.md, "Peers",
+    says what each side gets.
     """
     import gymnasium as gym
     import numpy as np
@@ -177,6 +179,8 @@ def peer_env(env_id: str, settings: dict[str, Any], evaluation: bool = False) ->
         if not evaluation:  # uint8 frames as float32 in [0, 1]
             space = gym.spaces.Box(0.0, 1.0, env.observation_space.shape, np.float32)
             env = gym.wrappers.TransformObservation(env, lambda frame: frame.astype(np.float32) / 255.0, space)
+        if settings.get("frame_stack") == "wrapper":  # stacked in the env, as VecFrameStack stacks them
+            env = stacked_frames(env, STACKED_FRAMES, "last")
     if settings.get("normalize_reward") and not evaluation:
         env = gym.wrappers.ClipReward(gym.wrappers.NormalizeReward(env, gamma=0.99, epsilon=1e-8), -10.0, 10.0)
     return env

@@ -58,7 +58,7 @@ from typing import Any
 
 import yaml
 
-from benchmarks.protocol import is_atari  # the standard library only
+from benchmarks.protocol import is_atari, stacked_frames  # the standard library only
 from benchmarks.variants import entry_settings  # and PyYAML
 
 # Sample Factory's settings per algo and env (benchmarks/peers.yml, section sample_factory), read once.
@@ -94,46 +94,23 @@ def env_name(env_id: str) -> str:
     return f"peer_{env_id}"
 
 
-def atari_env(env_id: str, stacked_frames: int) -> Any:
+def atari_env(env_id: str, frames: int) -> Any:
     """
     One Atari env as our runs get it (rl-zoo3's ``env_wrapper`` and ``frame_stack`` of the atari yml entries):
     ``gym.make`` in SB3's Monitor (whole games' raw scores in ``info["episode"]``, which SF's
     ``use_record_episode_statistics`` reads), SB3's AtariWrapper (no-op starts, 4 skipped frames, FIRE on reset, a
-    lost life ends the episode, 84x84 grey frames, rewards clipped to their sign), then the last ``stacked_frames``
-    frames channel first, zeros before an episode's first frame, as our ``VecFrameStack`` and ``VecTransposeImage``
-    give them (SB3's ``StackedObservations``). Uses only what SB3 and gymnasium 0.29 and 1.x share, so that it runs
-    in SF's environment and ours (tests/test_peers.py compares its frames with ours).
+    lost life ends the episode, 84x84 grey frames, rewards clipped to their sign), then the last ``frames``
+    frames channel first as our ``VecFrameStack`` and ``VecTransposeImage`` give them
+    (:func:`benchmarks.protocol.stacked_frames`).
     """
     import gymnasium as gym
-    import numpy as np
     from ale_py.registration import register_v0_v4_envs  # ale-py's own registration fails with gymnasium 0.29
     from stable_baselines3.common.atari_wrappers import AtariWrapper
     from stable_baselines3.common.monitor import Monitor
-    from stable_baselines3.common.vec_env.stacked_observations import StackedObservations
 
     if env_id not in gym.registry:
         register_v0_v4_envs()
-
-    class StackedFrames(gym.Wrapper):
-        """The last frames, channel first, stacked as VecFrameStack stacks one env's: zeros after each reset."""
-
-        def __init__(self, env: Any) -> None:
-            super().__init__(env)
-            height, width, channels = env.observation_space.shape
-            space = gym.spaces.Box(0, 255, (channels, height, width), np.uint8)
-            self.stacked = StackedObservations(1, stacked_frames, space, channels_order="first")
-            self.observation_space = self.stacked.stacked_observation_space
-
-        def reset(self, **kwargs: Any) -> Any:
-            frame, info = self.env.reset(**kwargs)
-            return self.stacked.reset(frame.transpose(2, 0, 1)[None])[0], info
-
-        def step(self, action: Any) -> Any:
-            frame, reward, terminated, truncated, info = self.env.step(action)
-            stacked, _ = self.stacked.update(frame.transpose(2, 0, 1)[None], np.zeros(1, bool), [{}])
-            return stacked[0], reward, terminated, truncated, info
-
-    return StackedFrames(AtariWrapper(Monitor(gym.make(env_id))))
+    return stacked_frames(AtariWrapper(Monitor(gym.make(env_id))), frames, "first")
 
 
 def make_env(full_env_name: str, cfg: Any = None, env_config: Any = None, render_mode: str | None = None) -> Any:

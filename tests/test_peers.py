@@ -216,11 +216,13 @@ def step_together(ours, theirs, steps: int, seed: int) -> None:
             assert np.array_equal(x, y)
 
 
-def test_rllib_trains_and_is_evaluated_on_the_env_our_runs_get():
+@pytest.mark.parametrize("frame_stack", ["connector", "wrapper"])
+def test_rllib_trains_and_is_evaluated_on_the_env_our_runs_get(frame_stack):
     """
     Breakout: the peer's evaluation env is ours (rl-zoo3's AtariWrapper as the atari yml entries name it, 4 frames
     stacked), and one env of its training is one of ours (the same 84x84 frames, scaled to [0, 1], the same rewards,
-    a lost life ends the episode, FIRE on every reset).
+    a lost life ends the episode, FIRE on every reset): single frames where RLlib's connectors stack them, the 4
+    frames VecFrameStack gives where the env stacks them (``frame_stack: wrapper``).
     """
     env_id, seed = "BreakoutNoFrameskip-v4", 7
     for algo in ("impact", "impala"):
@@ -228,12 +230,14 @@ def test_rllib_trains_and_is_evaluated_on_the_env_our_runs_get():
         assert params["env_wrapper"] == ["stable_baselines3.common.atari_wrappers.AtariWrapper"]  # peer_env's
         assert params["frame_stack"] == STACKED_FRAMES
     wrapper = load_zoo_hyperparams("impact", env_id)["env_wrapper"]
-    settings = peer_settings("rllib_appo", env_id)
+    settings = peer_settings(f"rllib_appo[frame_stack={frame_stack}]", env_id)
     ours = make_training_env(env_id, 1, seed, env_wrapper=wrapper, frame_stack=STACKED_FRAMES)
     step_together(ours, evaluation_env(env_id, settings, seed), 400, seed)
-    ours = make_training_env(env_id, 1, seed, env_wrapper=wrapper)  # single frames: RLlib's connectors stack them
+    training_stack = STACKED_FRAMES if frame_stack == "wrapper" else None
+    ours = make_training_env(env_id, 1, seed, env_wrapper=wrapper, frame_stack=training_stack)
     theirs = peer_env(env_id, settings)
     frame, _ = theirs.reset(seed=seed)
+    assert frame.shape == (84, 84, training_stack or 1)
     assert frame.dtype == np.float32 and np.array_equal(np.round(frame * 255).astype(np.uint8), ours.reset()[0])
     rng, lives_lost = np.random.default_rng(seed), 0
     for _ in range(400):
