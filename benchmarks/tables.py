@@ -498,11 +498,19 @@ def on_time_grid(point: EvalPoint, eval_seconds: float) -> EvalPoint:
     return replace(point, steps=int(eval_seconds * round(point.wall_seconds / eval_seconds)))
 
 
+def on_step_grid(point: EvalPoint, eval_freq: int | None) -> int:
+    """The place of ``point`` of a step-based run on its evaluation grid, the mark nearest its steps (an evaluation
+    due at a mark lands at the end of the iteration that passes it: a peer's RLlib iteration samples a few hundred
+    steps past it); its steps where there is no grid (``eval_freq`` None)."""
+    return int(eval_freq * round(point.steps / eval_freq)) if eval_freq else point.steps
+
+
 def search_runs(entry: dict[str, Any], root: Path) -> tuple[dict[tuple[str, str, int], list[EvalPoint]], list[dict]]:
     """A search's evaluations up to its budget by (algo, env, seed), on its clock (steps, or with ``seconds`` the time
-    grid), and the records of those runs; runs named by ``renamed`` carry the variant's name in both."""
+    grid; with ``through_budget``, the evaluation due at the budget though it lands past it, :func:`on_step_grid`),
+    and the records of those runs; runs named by ``renamed`` carry the variant's name in both."""
     runs: dict[tuple[str, str, int], list[EvalPoint]] = {}
-    records = []
+    records, budget = [], int(entry["budget"])
     for folder, env in ((root / folder, env) for folder in entry["data"] for env in entry["envs"]):
         if not (folder / f"{env}.csv").is_file():
             continue
@@ -516,7 +524,10 @@ def search_runs(entry: dict[str, Any], root: Path) -> tuple[dict[tuple[str, str,
         points = [replace(point, algo=renamed.get(point.algo, point.algo)) for point in read_csv(folder / f"{env}.csv")]
         if "seconds" in entry:  # the steps' place taken by the evaluation's place on the time grid
             points = [on_time_grid(point, by_run[(point.algo, point.seed)]["eval_seconds"]) for point in points]
-        points = [point for point in points if point.status == "ok" and point.steps <= int(entry["budget"])]
+        closing = entry.get("through_budget", False) and "seconds" not in entry
+        grid = {key: record.get("eval_freq") if closing else None for key, record in by_run.items()}
+        points = [point for point in points
+                  if point.status == "ok" and on_step_grid(point, grid[(point.algo, point.seed)]) <= budget]  # fmt: skip
         for point in points:
             runs.setdefault((point.algo, env, point.seed), []).append(point)
         records += [by_run[key] for key in sorted({(point.algo, point.seed) for point in points})]
@@ -539,7 +550,9 @@ def search_table(entry: dict[str, Any], root: Path) -> str:
     the tables' rule; a run that never holds it counts at the budget), per candidate their median over seeds, lower
     better. A wall-clock search (runs with ``--max-seconds``, evaluated every ``--eval-seconds``) declares
     ``seconds: [from, to]`` instead: its criterion is the mean of the evaluations whose place on the time grid lies
-    from ``from`` to ``to`` seconds of training, its ``budget`` is in seconds too. ``renamed`` (folder -> {algo:
+    from ``from`` to ``to`` seconds of training, its ``budget`` is in seconds too. A step-based search declared with
+    ``through_budget: true`` (those declared from 2026-12-07 on; the earlier ones were decided without it) counts the
+    evaluation due at the budget that lands a little past it, as a peer's does. ``renamed`` (folder -> {algo:
     variant}) names runs made from a working tree whose spec differed from the commit (their record's commit ends in
     ``+dirty``) by the variant they ran.
     """

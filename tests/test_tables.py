@@ -683,6 +683,27 @@ def test_a_search_is_read_by_its_declared_criterion_and_says_which_runs_it_lacks
         tables_main(root)
 
 
+def test_a_search_counts_the_evaluation_due_at_its_budget_though_it_lands_past_it(tmp_path):
+    """A peer evaluates at the end of the iteration that passes each mark of its grid (RLlib's: a few hundred steps
+    later), so the evaluation due at the budget lands past it; its place on the grid (every ``eval_freq``) counts."""
+    search = declared_search(budget=4000, last=2, drop=10, seeds=[0], candidates=["impact"], through_budget=True)
+    root = search_repository(tmp_path, search)
+    folder = root / "data" / "s"
+    steps, returns = [0, 1080, 2050, 3010, 4120, 5030], [0, 10, 20, 30, 40, 999]
+    write_csv([EvalPoint("impact", "Env-v0", 0, step, float(index), value, 1.0, machine="m")
+               for index, (step, value) in enumerate(zip(steps, returns, strict=True))], folder / "Env-v0.csv")  # fmt: skip
+    write_run_record(folder, record("impact", "Env-v0", 0))  # every 1000 steps
+    tables_main(root)
+    page = (root / "docs" / "results.md").read_text()
+    assert "| `impact` | Env-v0 | 0 | 35.0 (3k-4k steps) | 0 | 0 | 35.0 (1 run) |" in page
+    # The searches declared before the rule were decided on the evaluations at or below the budget in steps.
+    (root / "benchmarks" / "tables.yml").write_text(yaml.safe_dump({"tables": [], "readme": [], "searches": [
+        {**search, "through_budget": False}]}))  # fmt: skip
+    tables_main(root)
+    page = (root / "docs" / "results.md").read_text()
+    assert "| `impact` | Env-v0 | 0 | 25.0 (2k-3k steps) | 0 | 0 | 25.0 (1 run) |" in page
+
+
 def test_a_search_with_a_target_is_read_by_the_held_steps_to_it(tmp_path):
     """``target``: the criterion is the median over seeds of each run's held steps to the return (std 0 here, so a
     held crossing needs the next two evaluations at or above it); a run that never holds it counts at the budget."""
