@@ -95,12 +95,12 @@ def stacked_frames(env: Any, frames: int, channels_order: str) -> Any:
 
         def reset(self, **kwargs: Any) -> Any:
             frame, info = self.env.reset(**kwargs)
-            return self.stacked.reset(oriented(frame))[0], info
+            return self.stacked.reset(oriented(frame))[0].copy(), info  # a copy: the stack is updated in place
 
         def step(self, action: Any) -> Any:
             frame, reward, terminated, truncated, info = self.env.step(action)
             stacked, _ = self.stacked.update(oriented(frame), np.zeros(1, bool), [{}])
-            return stacked[0], reward, terminated, truncated, info
+            return stacked[0].copy(), reward, terminated, truncated, info
 
     return StackedFrames(env)
 
