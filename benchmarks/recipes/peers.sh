@@ -126,7 +126,7 @@ python -m benchmarks run --algos "rllib_impala[frame_stack=wrapper]" --env Break
 # Sample Factory 2.1.1 (sf_appo: its examples' settings on two cores, benchmarks/peers.yml) in an environment of its
 # own: it pins gymnasium < 1.0, so the MuJoCo table runs HalfCheetah-v4 on both sides (IMPACT's v5 entry serves
 # v4); Breakout runs our env on both sides. The same MuJoCo, ALE, SB3 and torch as ours. HalfCheetah-v4 ran
-# 2026-12-07 (16:19-18:09, alone); Breakout is still to be run, as above.
+# 2026-12-07 (16:19-18:09, alone); Breakout the same day (19:15-21:11, alone).
 SF_VENV=$(realpath -m "${SF_VENV:-.venv-sf}")
 if [ ! -x "$SF_VENV/bin/python" ]; then
     SAME=$(python -c 'from importlib.metadata import version as v; print(" ".join(f"{p}=={v(p)}" for p in ("mujoco", "ale-py", "stable-baselines3")))')
