@@ -119,7 +119,7 @@ python -m benchmarks run --algos rllib_impala --env BreakoutNoFrameskip-v4 --fir
 # VecFrameStack gives, tests/test_peers.py), all else equal. Rule, fixed now, as the diagnosis's: above 3.4 the
 # connectors' stacking is the cause (the Breakout peer specs then stack in the env and their tables are re-run on new
 # seeds, declared then); at or below 1.7 with the entropy at or above 1.35 it is not, and the network comes next;
-# between, reported without a verdict.
+# between, reported without a verdict. Ran 2026-12-07 (21:11-21:55): not the cause (1.32, entropy 1.370).
 python -m benchmarks run --algos "rllib_impala[frame_stack=wrapper]" --env BreakoutNoFrameskip-v4 --first-seed 0 \
     --seeds 1 --steps 1000000 --eval-freq 50000 --eval-episodes 10 --jobs 1 --out "$OUT/tuning/rllib_impala_breakout_stacking"
 
