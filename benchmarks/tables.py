@@ -511,6 +511,7 @@ def search_runs(entry: dict[str, Any], root: Path) -> tuple[dict[tuple[str, str,
     and the records of those runs; runs named by ``renamed`` carry the variant's name in both."""
     runs: dict[tuple[str, str, int], list[EvalPoint]] = {}
     records, budget = [], int(entry["budget"])
+    closing = entry.get("through_budget", False) and "seconds" not in entry
     for folder, env in ((root / folder, env) for folder in entry["data"] for env in entry["envs"]):
         if not (folder / f"{env}.csv").is_file():
             continue
@@ -524,7 +525,6 @@ def search_runs(entry: dict[str, Any], root: Path) -> tuple[dict[tuple[str, str,
         points = [replace(point, algo=renamed.get(point.algo, point.algo)) for point in read_csv(folder / f"{env}.csv")]
         if "seconds" in entry:  # the steps' place taken by the evaluation's place on the time grid
             points = [on_time_grid(point, by_run[(point.algo, point.seed)]["eval_seconds"]) for point in points]
-        closing = entry.get("through_budget", False) and "seconds" not in entry
         grid = {key: record.get("eval_freq") if closing else None for key, record in by_run.items()}
         points = [point for point in points
                   if point.status == "ok" and on_step_grid(point, grid[(point.algo, point.seed)]) <= budget]  # fmt: skip
