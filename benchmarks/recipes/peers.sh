@@ -122,6 +122,16 @@ python -m benchmarks run --algos rllib_impala --env BreakoutNoFrameskip-v4 --fir
 # between, reported without a verdict. Ran 2026-12-07 (21:11-21:55): not the cause (1.32, entropy 1.370).
 python -m benchmarks run --algos "rllib_impala[frame_stack=wrapper]" --env BreakoutNoFrameskip-v4 --first-seed 0 \
     --seeds 1 --steps 1000000 --eval-freq 50000 --eval-episodes 10 --jobs 1 --out "$OUT/tuning/rllib_impala_breakout_stacking"
+# Its second follow-up, declared 2026-12-07 (61st sitting) before its run: the learning rate or the network? Two runs,
+# all else as the diagnosis's, one at a time in one invocation: the entry's lr 6e-4 with SB3's NatureCNN (the stalled
+# runs train at 0.007 with Adam, their value loss stays at 7-9 and their gradient norm at 0.02, where the 600-s run at
+# 6e-4 lowered its value loss from 7.6 to 3.9), and RLlib's example's four-layer network at lr 0.007. Rule, fixed now,
+# for each run as the diagnosis's: above 3.4 its change is a cause; at or below 1.7 with the entropy at or above 1.35
+# it is not; between, reported without a verdict (docs/results.md says what follows each outcome).
+python -m benchmarks run --algos "rllib_impala[lr=6e-4]" \
+    "rllib_impala[conv_filters=[[16,4,2],[32,4,2],[64,4,2],[128,4,2]],head_fcnet_hiddens=[256]]" \
+    --env BreakoutNoFrameskip-v4 --first-seed 0 --seeds 1 --steps 1000000 --eval-freq 50000 --eval-episodes 10 \
+    --jobs 1 --out "$OUT/tuning/rllib_impala_breakout_network_lr"
 
 # Sample Factory 2.1.1 (sf_appo: its examples' settings on two cores, benchmarks/peers.yml) in an environment of its
 # own: it pins gymnasium < 1.0, so the MuJoCo table runs HalfCheetah-v4 on both sides (IMPACT's v5 entry serves
